@@ -1,0 +1,306 @@
+"""CPU implementations of the ATen ops behind ``torch.nn.SyncBatchNorm``.
+
+Stock PyTorch only ships CUDA kernels for the SyncBatchNorm building blocks
+(``batch_norm_stats``, ``batch_norm_gather_stats[_with_counts]``,
+``batch_norm_elemt``, ``batch_norm_backward_reduce``,
+``batch_norm_backward_elemt``).  :func:`register` installs CPU kernels for
+them through ``torch.library`` so that
+``torch.nn.modules._functions.SyncBatchNorm`` runs on CPU tensors (with gloo
+doing the collectives).
+
+The kernels mirror ``aten/src/ATen/native/cuda/Normalization.cu`` /
+``Normalization.cuh``:
+
+* statistics are taken over every dim except dim 1 (``(N, C, *)`` inputs,
+  any memory format);
+* ``invstd = 1 / sqrt(var_biased + eps)`` (and ``0`` when ``var == 0`` and
+  ``eps == 0``, like the CUDA ``InvStd`` transform);
+* math is done in the CUDA accumulate type: float32 for half / bfloat16 /
+  float32 inputs, float64 for float64 inputs; per-channel statistics
+  (mean, invstd, sum_dy, sum_dy_xmu) come back in that accumulate type.
+
+Only the functional overloads are registered: SyncBatchNorm never calls the
+``.out`` variants (``batch_norm_elemt.out`` is the only one without a
+composite fallback, and it stays unimplemented on CPU).
+
+Importing this module does not import torch; :func:`register` does.
+
+Usage::
+
+    lib = register()      # idempotent while the library is alive
+    ...
+    lib._destroy()        # removes the kernels again
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = [
+    "register",
+    "is_registered",
+    "OPS",
+    "batch_norm_stats",
+    "batch_norm_gather_stats",
+    "batch_norm_gather_stats_with_counts",
+    "batch_norm_elemt",
+    "batch_norm_backward_reduce",
+    "batch_norm_backward_elemt",
+]
+
+#: ATen operator names (default overloads) this module implements for CPU.
+OPS = (
+    "batch_norm_stats",
+    "batch_norm_gather_stats",
+    "batch_norm_gather_stats_with_counts",
+    "batch_norm_elemt",
+    "batch_norm_backward_reduce",
+    "batch_norm_backward_elemt",
+)
+
+_LOCK = threading.Lock()
+_LIB = None  # the live torch.library.Library returned by register()
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+def _acc_dtype(dtype):
+    """CUDA accumulate type (``at::acc_type<T, /*is_cuda=*/true>``)."""
+    import torch
+
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"SyncBatchNorm CPU kernels: unsupported dtype {dtype}")
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return dtype
+
+
+def _check_input(input, name):
+    if input.dim() < 2:
+        raise RuntimeError(
+            f"{name}: expected input with at least 2 dims (N, C, *), got {input.dim()}"
+        )
+
+
+def _reduce_dims(x):
+    return [0] + list(range(2, x.dim()))
+
+
+def _per_channel(t, ndim, dtype):
+    """View a (C,) tensor as (1, C, 1, ...) in ``dtype`` for broadcasting."""
+    return t.to(dtype).reshape([1, -1] + [1] * (ndim - 2))
+
+
+def _like_input(result, input):
+    """Materialise ``result`` in ``input``'s dtype and memory format."""
+    import torch
+
+    out = torch.empty_like(input)  # preserve_format: keeps channels-last
+    out.copy_(result)
+    return out
+
+
+# --------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------
+
+def batch_norm_stats(input, eps):
+    """``batch_norm_stats(input, eps) -> (mean, invstd)``.
+
+    Per-channel mean and ``1/sqrt(biased_var + eps)`` of ``input`` (N, C, *)
+    over all dims except 1.  Both outputs have shape (C,) and the accumulate
+    dtype (float32 for half/bfloat16 input).
+    """
+    import torch
+
+    _check_input(input, "batch_norm_stats")
+    acc = _acc_dtype(input.dtype)
+    var, mean = torch.var_mean(input.to(acc), dim=_reduce_dims(input), correction=0)
+    invstd = 1.0 / torch.sqrt(var + eps)
+    if eps == 0:
+        invstd = invstd.masked_fill(var == 0, 0)
+    return mean.contiguous(), invstd.contiguous()
+
+
+def batch_norm_gather_stats_with_counts(
+    input, mean, invstd, running_mean, running_var, momentum, eps, counts
+):
+    """Combine per-rank statistics into global ones.
+
+    ``mean``/``invstd`` are (world_size, C) rows from :func:`batch_norm_stats`,
+    ``counts`` the (world_size,) element counts per channel of each rank.
+    Returns the global ``(mean, invstd)`` (shape (C,), dtype of ``mean``,
+    float32 when that is half/bfloat16).  ``running_mean``/``running_var``
+    (either may be None) are updated in place:
+    ``r = (1 - momentum) * r + momentum * stat`` with the *unbiased* variance
+    ``var_n / (sum(counts) - 1)``.  ``input`` only selects the dtype when
+    there are no running stats.
+    """
+    import torch
+
+    scalar_type = running_mean.dtype if running_mean is not None else input.dtype
+    acc = _acc_dtype(scalar_type)
+    out_dtype = mean.dtype
+    if out_dtype in (torch.float16, torch.bfloat16):
+        out_dtype = torch.float32
+
+    m = mean.to(acc)
+    if m.dim() == 1:
+        m = m.unsqueeze(0)
+    inv = invstd.to(acc).reshape(m.shape)
+    c = counts.to(acc).reshape(-1, 1)
+
+    # per-rank biased variance, as the CUDA kernel recovers it from invstd
+    v = (1.0 / inv) ** 2 - eps
+    n = c.sum()
+    avg = (c * m).sum(0) / n
+    var_n = (v * c).sum(0) + (c * (m - avg) ** 2).sum(0)
+    save_invstd = 1.0 / torch.sqrt(var_n / n + eps)
+
+    if running_mean is not None:
+        running_mean.copy_((1 - momentum) * running_mean.to(acc) + momentum * avg)
+    if running_var is not None:
+        unbiased = var_n / (n - 1)
+        running_var.copy_((1 - momentum) * running_var.to(acc) + momentum * unbiased)
+    return avg.to(out_dtype), save_invstd.to(out_dtype)
+
+
+def batch_norm_gather_stats(
+    input, mean, invstd, running_mean, running_var, momentum, eps, count
+):
+    """Like :func:`batch_norm_gather_stats_with_counts` with the same int
+    ``count`` for every row of ``mean``."""
+    import torch
+
+    dtype = running_mean.dtype if running_mean is not None else input.dtype
+    counts = torch.full((mean.size(0),), count, dtype=dtype, device=mean.device)
+    return batch_norm_gather_stats_with_counts(
+        input, mean, invstd, running_mean, running_var, momentum, eps, counts
+    )
+
+
+def batch_norm_elemt(input, weight, bias, mean, invstd, eps):
+    """``((input - mean) * invstd) * weight + bias`` per channel.
+
+    ``weight``/``bias`` may be None (1 / 0).  ``eps`` is ignored (``invstd``
+    is already inverted).  Result has ``input``'s dtype, shape and memory
+    format; math in the accumulate dtype.
+    """
+    _check_input(input, "batch_norm_elemt")
+    acc = _acc_dtype(input.dtype)
+    nd = input.dim()
+    y = (input.to(acc) - _per_channel(mean, nd, acc)) * _per_channel(invstd, nd, acc)
+    if weight is not None:
+        y = y * _per_channel(weight, nd, acc)
+    if bias is not None:
+        y = y + _per_channel(bias, nd, acc)
+    return _like_input(y, input)
+
+
+def batch_norm_backward_reduce(
+    grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g
+):
+    """Local reductions for the SyncBatchNorm backward.
+
+    Returns ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)`` where, per
+    channel, ``sum_dy = sum(grad_out)``, ``sum_dy_xmu = sum(grad_out *
+    (input - mean))`` (both in ``mean``'s dtype, only if ``input_g``),
+    ``grad_weight = sum_dy_xmu * invstd`` (only if ``weight_g``) and
+    ``grad_bias = sum_dy`` (only if ``bias_g``), the latter two in
+    ``weight``'s dtype (``input``'s when weight is None).  Outputs whose flag
+    is false are None (undefined tensors).
+    """
+    _check_input(input, "batch_norm_backward_reduce")
+    acc = _acc_dtype(input.dtype)
+    nd = input.dim()
+    dims = _reduce_dims(input)
+    g = grad_out.to(acc)
+    xmu = input.to(acc) - _per_channel(mean, nd, acc)
+    sum_dy = g.sum(dims)
+    sum_dy_xmu = (g * xmu).sum(dims)
+
+    stat_dtype = weight.dtype if weight is not None else input.dtype
+    grad_weight = (sum_dy_xmu * invstd.to(acc)).to(stat_dtype) if weight_g else None
+    grad_bias = sum_dy.to(stat_dtype) if bias_g else None
+    if input_g:
+        out_sum_dy = sum_dy.to(mean.dtype)
+        out_sum_dy_xmu = sum_dy_xmu.to(mean.dtype)
+    else:
+        out_sum_dy = out_sum_dy_xmu = None
+    return out_sum_dy, out_sum_dy_xmu, grad_weight, grad_bias
+
+
+def batch_norm_backward_elemt(
+    grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count
+):
+    """Input gradient of (Sync)BatchNorm in training mode.
+
+    ``sum_dy``/``sum_dy_xmu`` are the globally reduced sums and ``count`` the
+    per-rank element counts (int32 from SyncBatchNorm); with
+    ``N = count.sum()``::
+
+        grad_input = (grad_out - sum_dy / N
+                      - (input - mean) * invstd**2 * sum_dy_xmu / N)
+                     * invstd * weight
+
+    Result has ``input``'s dtype, shape and memory format.
+    """
+    import torch
+
+    _check_input(input, "batch_norm_backward_elemt")
+    acc = _acc_dtype(input.dtype)
+    nd = input.dim()
+    total = count.reshape(-1).to(torch.int64).sum().to(acc)
+    norm_fct = 1.0 / total
+
+    inv = _per_channel(invstd, nd, acc)
+    m_dy = _per_channel(sum_dy, nd, acc) * norm_fct
+    factor_1 = inv * inv * _per_channel(sum_dy_xmu, nd, acc) * norm_fct
+    factor_2 = inv * _per_channel(weight, nd, acc) if weight is not None else inv
+    gi = (grad_out.to(acc) - m_dy - (input.to(acc) - _per_channel(mean, nd, acc)) * factor_1) * factor_2
+    return _like_input(gi, input)
+
+
+_KERNELS = {
+    "batch_norm_stats": batch_norm_stats,
+    "batch_norm_gather_stats": batch_norm_gather_stats,
+    "batch_norm_gather_stats_with_counts": batch_norm_gather_stats_with_counts,
+    "batch_norm_elemt": batch_norm_elemt,
+    "batch_norm_backward_reduce": batch_norm_backward_reduce,
+    "batch_norm_backward_elemt": batch_norm_backward_elemt,
+}
+
+
+# --------------------------------------------------------------------------
+# registration
+# --------------------------------------------------------------------------
+
+def is_registered():
+    """True while a library returned by :func:`register` is alive."""
+    return _LIB is not None and getattr(_LIB, "m", None) is not None
+
+
+def register():
+    """Register the CPU kernels; return the ``torch.library.Library``.
+
+    Calling it again while that library is alive returns the same object
+    (no double registration).  ``lib._destroy()`` removes the kernels; a
+    later ``register()`` then creates a fresh library.  Ops that already
+    have a CPU kernel from elsewhere (e.g. a future torch release) are left
+    alone.
+    """
+    global _LIB
+    with _LOCK:
+        if is_registered():
+            return _LIB
+        import torch
+
+        lib = torch.library.Library("aten", "IMPL", "CPU")
+        for name, fn in _KERNELS.items():
+            if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU"):
+                continue
+            lib.impl(name, fn)
+        _LIB = lib
+        return lib
