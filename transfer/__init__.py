@@ -1,0 +1,180 @@
+"""transfer: run unmodified CUDA PyTorch scripts on Ascend (npu), Tecorigin
+(sdaa), Enflame (gcu) accelerators, or on the CPU.
+
+Public API::
+
+    transfer.install(device=None)  # activate (TRANSFER_DEVICE or 'auto' when None)
+    transfer.uninstall()           # restore every patched object
+    transfer.status()              # target, patches, translations seen
+    transfer.report()              # the same as readable text
+
+Importing this package does not import torch; `install` does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import Any, Dict, Optional
+
+from .errors import (  # noqa: F401  (re-exported)
+    NoDeviceError,
+    TransferError,
+    UnknownDeviceError,
+    UnsupportedCudaAPI,
+    VendorPackageMissing,
+)
+
+__version__ = "0.1.0"
+__all__ = ["install", "uninstall", "status", "report", "TransferError", "UnknownDeviceError",
+           "VendorPackageMissing", "NoDeviceError", "UnsupportedCudaAPI"]
+
+logger = logging.getLogger("transfer")
+_lock = threading.RLock()
+_active: Optional[Any] = None  # the PatchContext of the installed target
+_outcome: Dict[str, Any] = {"active": False, "reason": "not installed"}
+
+
+def install(device: Optional[str] = None) -> Dict[str, Any]:
+    """Activate `transfer` for `device` (a profile name, 'auto' or 'off').
+
+    With ``device=None`` TRANSFER_DEVICE decides, defaulting to 'auto'.
+    Idempotent and thread-safe: a second call returns the current status; asking
+    for a different target while one is active raises (uninstall first).
+    Returns `status()`.
+    """
+    global _active, _outcome
+    from . import selection
+
+    with _lock:
+        wanted = selection.requested(device)
+        if _active is not None:
+            if wanted not in ("auto", _active.profile.name):
+                raise TransferError(
+                    f"transfer is already active for '{_active.profile.name}'; "
+                    f"call transfer.uninstall() before installing '{wanted}'"
+                )
+            return status()
+        profile, why = selection.select(wanted)
+        if profile is None:
+            _outcome = {"active": False, "reason": why}
+            if why == selection.NATIVE_CUDA:
+                _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
+            return status()
+        _active = _apply(profile)
+        _outcome = {"active": True, "reason": why}
+        _banner(_active)
+        return status()
+
+
+def _apply(profile):
+    import torch  # noqa: F401  (patch areas need it loaded)
+
+    from . import cpu_runtime
+    from .devices import Target
+    from .patches import PatchContext, apply_all
+    from .registry import Registry
+
+    runtime = cpu_runtime if profile.is_cpu else getattr(torch, profile.device_type)
+    registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
+    ctx = PatchContext(
+        profile=profile,
+        registry=registry,
+        target=Target(profile.device_type, runtime.device_count),
+        runtime=runtime,
+        strict=os.environ.get("TRANSFER_STRICT", "").strip().lower() in ("1", "true", "yes"),
+    )
+    try:
+        apply_all(ctx)
+    except BaseException:
+        registry.revert_all()
+        raise
+    return ctx
+
+
+def uninstall() -> None:
+    """Undo every patch: each attribute gets back the identical original object."""
+    global _active, _outcome
+    with _lock:
+        if _active is not None:
+            ctx, _active = _active, None
+            ctx.registry.revert_all()
+        _outcome = {"active": False, "reason": "uninstalled"}
+
+
+def status() -> Dict[str, Any]:
+    """What is active: target, backend, applied patches, translations seen."""
+    with _lock:
+        ctx = _active
+        info: Dict[str, Any] = dict(_outcome)
+        if ctx is None:
+            return info
+        from .devices import translations_table
+
+        profile = ctx.profile
+        info.update(
+            device=profile.name,
+            device_type=profile.device_type,
+            backend=profile.backend,
+            package=profile.package,
+            patches=ctx.registry.names(),
+            disabled=sorted(ctx.registry.disabled),
+            environment=dict(ctx.env_changes),
+            translations=translations_table(ctx.target),
+        )
+        return info
+
+
+def report() -> str:
+    """`status()` as text, one translation per line with its first call site."""
+    info = status()
+    if not info.get("active"):
+        return f"transfer: inactive ({info.get('reason')})"
+    lines = [
+        f"transfer: CUDA -> {info['device_type']} ({info['device']}), nccl -> {info['backend']}, "
+        f"{len(info['patches'])} patches" + (f", disabled: {', '.join(info['disabled'])}" if info["disabled"] else "")
+    ]
+    for name, value in info["environment"].items():
+        lines.append(f"  env {name}={value}")
+    for row in info["translations"]:
+        lines.append(f"  {row['api']}: {row['argument']} -> {row['to']}  (first at {row['first_site']})")
+    return "\n".join(lines)
+
+
+def _is_rank_zero() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _say_once(message: str) -> None:
+    """One line per job: rank 0 only, and not again in processes it starts."""
+    if os.environ.get("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
+        return
+    os.environ["_TRANSFER_SAID"] = "1"
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    logger.info(message)
+
+
+def _banner(ctx) -> None:
+    profile = ctx.profile
+    _say_once(
+        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}; "
+        f"transfer.report() lists what was translated"
+    )
+    path = os.environ.get("TRANSFER_REPORT")
+    if path:
+        import atexit
+
+        atexit.register(_write_report, path)
+
+
+def _write_report(path: str) -> None:
+    path = path.replace("{pid}", str(os.getpid())).replace("{rank}", os.environ.get("RANK", "0"))
+    with open(path, "w") as fh:
+        json.dump(status(), fh, indent=2, default=str)

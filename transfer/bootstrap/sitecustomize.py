@@ -1,0 +1,38 @@
+"""Bootstrap put first on PYTHONPATH by transfer-run.
+
+Runs at interpreter start in every process of the job: arranges for transfer to
+activate when torch is imported (not before: a process that never imports torch
+is unaffected), then runs the user's own sitecustomize, if any.
+"""
+
+import os
+import sys
+
+
+def _chain_user_sitecustomize():
+    here = os.path.dirname(os.path.abspath(__file__))
+    import importlib.machinery
+    import importlib.util
+
+    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+def _arm():
+    if not os.environ.get("TRANSFER_DEVICE", "").strip():
+        return
+    try:
+        from transfer.runner import activate_on_torch_import
+    except ImportError as exc:  # never break an interpreter over this
+        sys.stderr.write(f"transfer bootstrap: cannot import transfer ({exc}); running without it\n")
+        return
+    activate_on_torch_import()
+
+
+_arm()
+_chain_user_sitecustomize()

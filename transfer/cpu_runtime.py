@@ -1,0 +1,314 @@
+"""The `torch.cuda` API answered by the CPU, for the `cpu` target.
+
+PyTorch has no complete device module for the CPU (`torch.cpu` is partial),
+so this module is the `cpu` target's stand-in for ``torch.<vendor>``: every
+name here replaces the `torch.cuda` name of the same spelling. Devices are
+virtual: the target reports as many as the job needs so that
+``world_size = torch.cuda.device_count()`` scripts start the right number of
+workers, and each of them computes on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, NamedTuple, Optional
+
+import torch
+
+_state = threading.local()
+_peak_lock = threading.Lock()
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    pass
+
+
+def device_count() -> int:
+    """TRANSFER_CPU_DEVICES, else LOCAL_WORLD_SIZE (set by torchrun), else 1."""
+    for name in ("TRANSFER_CPU_DEVICES", "LOCAL_WORLD_SIZE"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def _index(device: Any = None) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, torch.device):
+        return device.index if device.index is not None else current_device()
+    if isinstance(device, str):
+        head, _, tail = device.partition(":")
+        return int(tail) if tail.isdigit() else current_device()
+    if isinstance(device, int):
+        return device
+    raise TypeError(f"not a device: {device!r}")
+
+
+def current_device() -> int:
+    return getattr(_state, "index", 0)
+
+
+def set_device(device: Any) -> None:
+    index = _index(device)
+    if not 0 <= index < device_count():
+        raise RuntimeError(
+            f"invalid device ordinal {index}: the cpu target has {device_count()} device(s) "
+            "(set TRANSFER_CPU_DEVICES=N for more)"
+        )
+    _state.index = index
+
+
+class device:
+    """Context manager that selects a (virtual) device, like torch.cuda.device."""
+
+    def __init__(self, device: Any):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = current_device()
+        if self.idx >= 0:
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    def __init__(self, obj: Any):
+        super().__init__(-1)
+
+
+def synchronize(device: Any = None) -> None:
+    """CPU kernels run synchronously; nothing to wait for."""
+
+
+def get_device_name(device: Any = None) -> str:
+    return "cpu (transfer cpu target)"
+
+
+class DeviceProperties(NamedTuple):
+    name: str
+    total_memory: int
+    multi_processor_count: int
+    major: int = 0
+    minor: int = 0
+    is_integrated: bool = True
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    return DeviceProperties(get_device_name(), _total_memory(), os.cpu_count() or 1)
+
+
+def get_device_capability(device: Any = None) -> tuple:
+    return (0, 0)
+
+
+def mem_get_info(device: Any = None) -> tuple:
+    total = _total_memory()
+    try:
+        free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        free = total
+    return free, total
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def is_tf32_supported() -> bool:
+    return False
+
+
+def is_current_stream_capturing() -> bool:
+    return False
+
+
+# RNG: the CPU generator is the device generator on this target.
+def manual_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+
+
+manual_seed_all = manual_seed
+
+
+def seed() -> None:
+    torch.seed()
+
+
+seed_all = seed
+
+
+def initial_seed() -> int:
+    return torch.initial_seed()
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+    torch.set_rng_state(new_state)
+
+
+def get_rng_state_all() -> list:
+    return [torch.get_rng_state() for _ in range(device_count())]
+
+
+def set_rng_state_all(new_states: list) -> None:
+    if new_states:
+        torch.set_rng_state(new_states[0])
+
+
+# Streams and events: CPU work is synchronous, so streams only need to exist;
+# events measure wall time so CUDA-event timing code reports real durations.
+class Stream:
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any):
+        self.device = torch.device("cpu")
+        self.priority = priority
+
+    def wait_stream(self, stream: "Stream") -> None:
+        pass
+
+    def wait_event(self, event: "Event") -> None:
+        pass
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Stream)
+
+    def __hash__(self) -> int:
+        return hash(Stream)
+
+
+_DEFAULT_STREAM = Stream()
+
+
+def current_stream(device: Any = None) -> Stream:
+    return _DEFAULT_STREAM
+
+
+default_stream = current_stream
+
+
+def set_stream(stream: Stream) -> None:
+    pass
+
+
+class StreamContext:
+    def __init__(self, stream: Optional[Stream]):
+        self.stream = stream
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc):
+        return False
+
+
+def stream(stream: Optional[Stream]) -> StreamContext:
+    return StreamContext(stream)
+
+
+class Event:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        self.enable_timing = enable_timing
+        self._time: Optional[float] = None
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        self._time = time.perf_counter()
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        """Milliseconds between this event's and `end_event`'s record()."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with enable_timing=True to measure elapsed time")
+        if self._time is None or end_event._time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time")
+        return (end_event._time - self._time) * 1000.0
+
+
+# Memory: the CPU allocator keeps no per-device statistics; these report zero.
+def _zero(device: Any = None) -> int:
+    return 0
+
+
+memory_allocated = max_memory_allocated = memory_reserved = max_memory_reserved = _zero
+memory_cached = max_memory_cached = _zero
+
+
+def memory_stats(device: Any = None) -> dict:
+    return {}
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    return "memory statistics are not tracked on the cpu target"
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+empty_cache = ipc_collect = reset_peak_memory_stats = reset_max_memory_allocated = _noop
+reset_max_memory_cached = reset_accumulated_memory_stats = set_per_process_memory_fraction = _noop
+set_sync_debug_mode = _noop
+
+
+def get_sync_debug_mode() -> int:
+    return 0
+
+
+#: Names whose values here are placeholders (no such measurement on a CPU):
+#: the torch.cuda patch warns once when a script uses them.
+PLACEHOLDERS = frozenset(
+    {
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "memory_cached",
+        "max_memory_cached",
+        "memory_stats",
+        "memory_summary",
+        "get_device_capability",
+    }
+)

@@ -1,0 +1,137 @@
+"""Exact translation of CUDA device arguments to the active target.
+
+Only real device specifications are translated: the strings ``"cuda"`` and
+``"cuda:N"`` (any letter case), ``torch.device("cuda", N)`` and, where CUDA
+reads them as ordinals, ints. Everything else (``"cpu"``, ``"npu:1"``, a file
+path that happens to contain "cuda", ``"cuda:nccl"``) comes back as the very
+same object. Never a substring rewrite.
+
+The hot path is one type test and one dict lookup: each patched API owns a
+`Translator` whose cache maps every argument it has seen to its translation.
+A cache miss takes the slow path, which also records the translation, with the
+caller's file and line, for `transfer.status()`; so the report costs nothing
+on later calls.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from .errors import TransferError
+
+#: Argument types that can name a device; anything else is passed through.
+DEVICE_SPEC_TYPES = frozenset({str, int, torch.device})
+_CACHE_LIMIT = 512  # distinct arguments per API; past that, translate uncached
+_MISS = object()
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def parse_cuda(spec: Any) -> Optional[tuple]:
+    """Return ``(index_or_None,)`` if `spec` names a CUDA device, else None."""
+    kind = type(spec)
+    if kind is torch.device:
+        return (spec.index,) if spec.type == "cuda" else None
+    if kind is int:
+        return (spec,) if spec >= 0 else None
+    if kind is str:
+        head, sep, tail = spec.strip().partition(":")
+        if head.lower() != "cuda":
+            return None
+        if not sep:
+            return (None,)
+        if tail.isdigit():
+            return (int(tail),)
+    return None
+
+
+class Target:
+    """The device CUDA arguments turn into, and the report of what was turned."""
+
+    def __init__(self, device_type: str, device_count: Callable[[], int]):
+        self.device_type = device_type
+        self._device_count = device_count
+        self._lock = threading.Lock()
+        self.translations: Dict[str, Dict[str, dict]] = {}
+
+    def device(self, index: Optional[int]) -> torch.device:
+        if self.device_type == "cpu":
+            if index is not None and index >= self._device_count():
+                raise TransferError(
+                    f"invalid device ordinal cuda:{index}: the cpu target has "
+                    f"{self._device_count()} device(s) (set TRANSFER_CPU_DEVICES to change that)"
+                )
+            return torch.device("cpu")
+        return torch.device(self.device_type) if index is None else torch.device(self.device_type, index)
+
+    def translate(self, spec: Any) -> Any:
+        """Translate one device argument without caching or recording."""
+        parsed = parse_cuda(spec)
+        if parsed is None:
+            return spec
+        return self.device(parsed[0])
+
+    def record(self, api: str, spec: Any, result: Any) -> None:
+        site = caller_site()
+        with self._lock:
+            per_api = self.translations.setdefault(api, {})
+            entry = per_api.get(repr(spec))
+            if entry is None:
+                per_api[repr(spec)] = {"to": str(result), "first_site": site, "sites": 1}
+
+    def translator(self, api: str) -> "Translator":
+        return Translator(self, api)
+
+
+class Translator:
+    """A per-API cache in front of `Target.translate`; calling it translates."""
+
+    __slots__ = ("target", "api", "cache")
+
+    def __init__(self, target: Target, api: str):
+        self.target = target
+        self.api = api
+        self.cache: Dict[Any, Any] = {}
+
+    def __call__(self, spec: Any) -> Any:
+        if type(spec) not in DEVICE_SPEC_TYPES:
+            return spec
+        result = self.cache.get(spec, _MISS)
+        if result is _MISS:
+            result = self.miss(spec)
+        return result
+
+    def miss(self, spec: Any) -> Any:
+        result = self.target.translate(spec)
+        if result is not spec:
+            if torch.compiler.is_compiling():
+                return result  # no frame walking or dict growth inside a traced graph
+            self.target.record(self.api, spec, result)
+        if len(self.cache) < _CACHE_LIMIT:
+            self.cache[spec] = result
+        return result
+
+
+def caller_site() -> str:
+    """``file:line`` of the first frame outside transfer and torch."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_PACKAGE_DIR) or filename.startswith(_TORCH_DIR) or filename.startswith("<frozen")):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def translations_table(target: Target) -> List[dict]:
+    """The report as rows: api, argument, result, first call site."""
+    rows = []
+    for api, entries in sorted(target.translations.items()):
+        for spec, entry in sorted(entries.items()):
+            rows.append({"api": api, "argument": spec, "to": entry["to"], "first_site": entry["first_site"]})
+    return rows

@@ -1,0 +1,21 @@
+"""The errors `transfer` raises. Each message names the problem and the fix."""
+
+
+class TransferError(RuntimeError):
+    """Base class of every error raised by `transfer`."""
+
+
+class UnknownDeviceError(TransferError, ValueError):
+    """TRANSFER_DEVICE (or install(device=...)) names no known profile."""
+
+
+class VendorPackageMissing(TransferError, ImportError):
+    """The selected vendor's PyTorch plug-in package cannot be imported."""
+
+
+class NoDeviceError(TransferError):
+    """The vendor package imported but reports no usable device."""
+
+
+class UnsupportedCudaAPI(TransferError, NotImplementedError):
+    """A `torch.cuda` API that the active target has no equivalent for."""

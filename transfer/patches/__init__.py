@@ -1,0 +1,64 @@
+"""The patch areas, one module each, applied in this order by `transfer.install`.
+
+Every module exposes ``apply(ctx)``; it changes torch only through
+``ctx.registry`` (which records the original and reverts it on uninstall) and
+names each change ``"<area>.<item>"`` so TRANSFER_DISABLE can skip it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Set
+
+from ..devices import Target
+from ..errors import UnsupportedCudaAPI
+from ..profiles import Profile
+from ..registry import Registry
+
+logger = logging.getLogger("transfer")
+
+AREAS = (
+    "environment",  # CUDA_VISIBLE_DEVICES / NCCL_* -> the vendor's variables
+    "cuda_namespace",  # torch.cuda.* -> torch.<vendor>.* (or the cpu runtime)
+    "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
+    "module",  # nn.Module.to / .to_empty
+    "factories",  # torch.zeros(..., device='cuda') and every other factory
+    "serialization",  # torch.load map_location and CUDA checkpoints
+    "amp",  # torch.autocast / GradScaler device types
+    "data",  # DataLoader pin_memory, torch.Generator, default device
+    "distributed",  # init_process_group / new_group: nccl -> vendor backend
+    "ddp",  # DistributedDataParallel device validation
+    "sync_batchnorm",  # SyncBatchNorm device check (and CPU kernels)
+    "data_parallel",  # nn.DataParallel
+    "shutdown",  # clean interpreter exit after distributed jobs
+)
+
+
+@dataclass
+class PatchContext:
+    """What a patch area needs: the target, the registry, the device runtime."""
+
+    profile: Profile
+    registry: Registry
+    target: Target
+    runtime: Any  # torch.<vendor> module, or transfer.cpu_runtime
+    strict: bool = False
+    device_selected: bool = False  # the script (or transfer) has chosen a device
+    env_changes: dict = field(default_factory=dict)
+    _warned: Set[str] = field(default_factory=set)
+
+    def warn_once(self, api: str, message: str) -> None:
+        """Warn about `api` once per process; raise instead under TRANSFER_STRICT=1."""
+        if self.strict:
+            raise UnsupportedCudaAPI(f"{message} (TRANSFER_STRICT=1 makes this an error)")
+        if api not in self._warned:
+            self._warned.add(api)
+            logger.warning("%s", message)
+
+
+def apply_all(ctx: PatchContext) -> None:
+    for area in AREAS:
+        if ctx.registry.enabled(area):
+            importlib.import_module(f"{__name__}.{area}").apply(ctx)

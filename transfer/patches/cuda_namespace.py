@@ -1,0 +1,209 @@
+"""``torch.cuda.*`` -> the target's device module.
+
+Each public name of torch.cuda is pointed at the same name on
+``torch.<vendor>`` (or `transfer.cpu_runtime`): the very same function object
+where it takes no device argument, so ``torch.cuda.is_available()`` costs what
+``torch.npu.is_available()`` costs. Functions and classes that take a device
+get a thin layer translating ``'cuda:1'`` to the target's device. A name the
+target lacks gets a defined behaviour: a harmless no-op with one warning, a
+safe default for the CUDA-only helpers torch itself calls once
+``is_available()`` is True, or a clear `UnsupportedCudaAPI` error on use.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..errors import UnsupportedCudaAPI
+
+# Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
+# works through the torch.amp patches, nvtx is handled below.
+_SKIP_SUFFIXES = ("Storage", "Tensor")
+_SUBMODULES = {"amp", "nvtx", "memory", "random", "streams", "graphs", "jiterator", "sparse", "tunable",
+               "profiler", "nccl", "cudart", "cudaStatus", "CudaError", "DeferredCudaCallError"}
+
+# CUDA-only helpers that torch calls on itself once torch.cuda.is_available()
+# is True (FACTS: nn/modules/_functions.py asks is_current_stream_capturing).
+_INTERNAL_DEFAULTS = {
+    "is_current_stream_capturing": lambda: False,
+    "_lazy_init": lambda: None,
+    "is_initialized": lambda: True,
+    "init": lambda: None,
+    "_is_in_bad_fork": lambda: False,
+}
+
+# Missing on the target but safe to skip: housekeeping and statistics.
+_HARMLESS = {
+    "empty_cache": None,
+    "ipc_collect": None,
+    "reset_peak_memory_stats": None,
+    "reset_max_memory_allocated": None,
+    "reset_max_memory_cached": None,
+    "reset_accumulated_memory_stats": None,
+    "set_per_process_memory_fraction": None,
+    "set_sync_debug_mode": None,
+    "memory_allocated": 0,
+    "max_memory_allocated": 0,
+    "memory_reserved": 0,
+    "max_memory_reserved": 0,
+    "memory_cached": 0,
+    "max_memory_cached": 0,
+    "memory_stats": {},
+    "get_sync_debug_mode": 0,
+    "synchronize": None,
+    "is_bf16_supported": False,
+    "is_tf32_supported": False,
+}
+
+
+def apply(ctx) -> None:
+    cuda = torch.cuda
+    target_name = f"torch.{ctx.profile.device_type}" if not ctx.profile.is_cpu else "the cpu target"
+    names = [n for n in cuda.__all__ if n not in _SUBMODULES and not n.endswith(_SKIP_SUFFIXES)]
+    names += [n for n in _INTERNAL_DEFAULTS if n not in names]
+    placeholders = getattr(ctx.runtime, "PLACEHOLDERS", frozenset())
+    for name in names:
+        original = getattr(cuda, name, None)
+        impl = getattr(ctx.runtime, name, None)
+        if impl is not None:
+            impl = _translating(ctx, name, original, impl)
+            if name in placeholders:
+                impl = _warning(ctx, name, impl, f"torch.cuda.{name} has no real value on the cpu target; "
+                                                  "it returns a placeholder")
+        elif name in _INTERNAL_DEFAULTS:
+            impl = _INTERNAL_DEFAULTS[name]
+        elif name in _HARMLESS:
+            impl = _noop(ctx, name, _HARMLESS[name], target_name)
+        elif callable(original):
+            impl = _unsupported(ctx, name, target_name)
+        else:
+            continue  # constants such as has_half stay as they are
+        if name == "set_device":
+            impl = _noting_selection(ctx, impl)
+        ctx.registry.replace(f"cuda_namespace.{name}", cuda, name, impl)
+    _patch_nvtx(ctx)
+
+
+def _noting_selection(ctx, set_device: Callable) -> Callable:
+    """set_device that remembers a device was chosen (for tccl's ordering rule)."""
+
+    def noting(device):
+        set_device(device)
+        ctx.device_selected = True
+
+    noting.__name__ = "set_device"
+    noting.__wrapped__ = set_device
+    return noting
+
+
+def _device_position(original: Any) -> Optional[int]:
+    """Index of a parameter called 'device' in `original`'s signature, if any."""
+    try:
+        target = original.__init__ if inspect.isclass(original) else original
+        params = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    if inspect.isclass(original) and params and params[0] == "self":
+        params = params[1:]
+    return params.index("device") if "device" in params else None
+
+
+def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
+    """`impl` itself, or a layer over it translating its device argument."""
+    pos = _device_position(original) if original is not None else None
+    if pos is None:
+        return impl
+    translate = ctx.target.translator(f"torch.cuda.{name}")
+
+    if inspect.isclass(impl):
+        # Keep it a class (isinstance, subclassing) whose constructor translates.
+        def __init__(self, *args, **kwargs):
+            if len(args) > pos:
+                args = args[:pos] + (translate(args[pos]),) + args[pos + 1:]
+            elif "device" in kwargs:
+                kwargs["device"] = translate(kwargs["device"])
+            impl.__init__(self, *args, **kwargs)
+
+        return type(impl.__name__, (impl,), {"__init__": __init__, "__module__": impl.__module__,
+                                             "__qualname__": impl.__qualname__})
+
+    def with_device(*args, **kwargs):
+        if len(args) > pos:
+            args = args[:pos] + (translate(args[pos]),) + args[pos + 1:]
+        elif "device" in kwargs:
+            kwargs["device"] = translate(kwargs["device"])
+        return impl(*args, **kwargs)
+
+    with_device.__name__ = name
+    with_device.__qualname__ = f"cuda.{name}"
+    with_device.__doc__ = getattr(impl, "__doc__", None)
+    with_device.__wrapped__ = impl
+    return with_device
+
+
+def _warning(ctx, name: str, impl: Callable, message: str) -> Callable:
+    def warned(*args, **kwargs):
+        ctx.warn_once(name, message)
+        return impl(*args, **kwargs)
+
+    warned.__name__ = name
+    warned.__wrapped__ = impl
+    return warned
+
+
+def _noop(ctx, name: str, value: Any, target_name: str) -> Callable:
+    message = f"torch.cuda.{name} is not available on {target_name}; the call does nothing"
+
+    def noop(*args, **kwargs):
+        ctx.warn_once(name, message)
+        return value.copy() if isinstance(value, dict) else value
+
+    noop.__name__ = name
+    return noop
+
+
+def _unsupported(ctx, name: str, target_name: str) -> Callable:
+    package = ctx.profile.package or "torch"
+
+    def unsupported(*args, **kwargs):
+        raise UnsupportedCudaAPI(
+            f"torch.cuda.{name} is not supported on {target_name}: {package} has no "
+            f"equivalent. Remove the call, or guard it with `if torch.version.cuda:`; "
+            f"TRANSFER_DEVICE=off runs the script without translation."
+        )
+
+    unsupported.__name__ = name
+    return unsupported
+
+
+def _patch_nvtx(ctx) -> None:
+    native = getattr(ctx.runtime, "nvtx", None)
+    if native is None:
+        native = types.SimpleNamespace()
+        message = "torch.cuda.nvtx ranges are not recorded on this target; the calls do nothing"
+
+        def marker(*args, **kwargs):
+            ctx.warn_once("nvtx", message)
+            return 0
+
+        class _Range:
+            def __init__(self, *args, **kwargs):
+                ctx.warn_once("nvtx", message)
+
+            def __enter__(self):
+                return None
+
+            def __exit__(self, *exc):
+                return False
+
+            def __call__(self, fn):
+                return fn
+
+        for fn in ("range_push", "range_pop", "range_start", "range_end", "mark"):
+            setattr(native, fn, marker)
+        native.range = _Range
+    ctx.registry.replace("cuda_namespace.nvtx", torch.cuda, "nvtx", native)

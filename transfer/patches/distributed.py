@@ -1,0 +1,98 @@
+"""init_process_group / new_group: 'nccl' -> the target's backend.
+
+Accepted spellings: 'nccl' (any case, or dist.Backend.NCCL), None (for
+init_process_group), 'cuda:nccl' and 'cpu:gloo,cuda:nccl'. device_id
+arguments are translated. For targets whose collectives need the device set
+before initialisation (tccl, seed 000), the device is set from LOCAL_RANK (or
+the rank) when the script has not set one yet, since many public examples call
+init_process_group before torch.cuda.set_device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+logger = logging.getLogger("transfer")
+
+
+def translate_backend(ctx, backend):
+    """Map a CUDA backend spelling to the target's; anything else is unchanged."""
+    target = ctx.profile.backend
+    if backend is None:
+        return target
+    if not isinstance(backend, str):
+        return backend
+    text = backend.strip().lower()
+    if text == "nccl":
+        return target
+    if ":" not in text:
+        return backend
+    pairs = []
+    for part in text.split(","):
+        device, _, name = part.partition(":")
+        if device.strip() == "cuda":
+            device, name = ctx.profile.device_type, (target if name.strip() == "nccl" else name)
+        pair = f"{device.strip()}:{name.strip()}"
+        if pair not in pairs:
+            pairs.append(pair)
+    if ctx.profile.is_cpu:
+        names = {p.split(":", 1)[1] for p in pairs}
+        if len(names) == 1:
+            return names.pop()
+        pairs = [f"cpu:{target}"]
+    return ",".join(pairs)
+
+
+def apply(ctx) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    import torch.distributed.distributed_c10d as c10d
+
+    translate_device = ctx.target.translator("init_process_group(device_id)")
+
+    def init_process_group(wrapped, instance, args, kwargs):
+        if args:
+            args = (translate_backend(ctx, args[0]),) + tuple(args[1:])
+        else:
+            kwargs["backend"] = translate_backend(ctx, kwargs.get("backend"))
+        if kwargs.get("device_id") is not None:
+            kwargs["device_id"] = translate_device(kwargs["device_id"])
+        if ctx.profile.set_device_before_init and not ctx.device_selected:
+            _select_device_for_rank(ctx, kwargs.get("rank", args[4] if len(args) > 4 else -1))
+        return wrapped(*args, **kwargs)
+
+    def new_group(wrapped, instance, args, kwargs):
+        if len(args) > 2:
+            if args[2] is not None:
+                args = args[:2] + (translate_backend(ctx, args[2]),) + tuple(args[3:])
+        elif kwargs.get("backend") is not None:
+            kwargs["backend"] = translate_backend(ctx, kwargs["backend"])
+        if kwargs.get("device_id") is not None:
+            kwargs["device_id"] = translate_device(kwargs["device_id"])
+        return wrapped(*args, **kwargs)
+
+    reg = ctx.registry
+    for owner in (c10d, dist):  # both homes: libraries call either
+        suffix = "" if owner is dist else ".c10d"
+        reg.wrap("distributed.init_process_group" + suffix, owner, "init_process_group", init_process_group)
+        reg.wrap("distributed.new_group" + suffix, owner, "new_group", new_group)
+        reg.replace("distributed.is_nccl_available" + suffix, owner, "is_nccl_available", lambda: True)
+
+
+def _select_device_for_rank(ctx, rank) -> None:
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is not None and local_rank.isdigit():
+        index = int(local_rank)
+    elif isinstance(rank, int) and rank >= 0:
+        index = rank % max(1, ctx.runtime.device_count())
+    else:
+        return
+    logger.info("transfer: %s needs the device set before init_process_group; setting %s:%d",
+                ctx.profile.backend, ctx.profile.device_type, index)
+    ctx.runtime.set_device(index)
+    ctx.device_selected = True

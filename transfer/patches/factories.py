@@ -1,0 +1,37 @@
+"""torch.zeros(..., device='cuda') and every other tensor factory.
+
+The list is torch's own (`torch.utils._device._device_constructors()`, the set
+`with torch.device(...)` relies on), plus the ``*_like`` factories. It is
+cached by torch, so it is read before any factory is replaced.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.utils._device
+
+from ._calls import device_keyword
+
+_LIKE = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
+_NAMESPACES = ("torch", "torch.fft", "torch.nested", "torch.sparse")
+
+
+def factory_locations():
+    """(module, name) for every public home of a device-taking factory."""
+    import importlib
+
+    wanted = {id(f) for f in torch.utils._device._device_constructors()}
+    wanted |= {id(getattr(torch, name)) for name in _LIKE}
+    found = []
+    for modname in _NAMESPACES:
+        module = importlib.import_module(modname)
+        for name, value in list(vars(module).items()):
+            if id(value) in wanted and not name.startswith("_"):
+                found.append((module, name))
+    return found
+
+
+def apply(ctx) -> None:
+    for module, name in factory_locations():
+        api = f"{module.__name__}.{name}"
+        ctx.registry.replace(f"factories.{name}", module, name, device_keyword(ctx, api, getattr(module, name)))

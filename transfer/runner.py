@@ -1,0 +1,100 @@
+"""``transfer-run [--device X] CMD ...`` and ``python -m transfer script.py``.
+
+transfer-run puts `transfer/bootstrap` (holding a sitecustomize.py) first on
+PYTHONPATH, sets TRANSFER_DEVICE and execs CMD, so every Python process the
+command starts (torchrun's workers, mp.spawn children) activates transfer when
+it imports torch, with no change to the script. The bootstrap chains to the
+user's own sitecustomize.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, MutableMapping, Optional
+
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) -> None:
+    """Set TRANSFER_DEVICE and PYTHONPATH in `env` for processes started from it."""
+    from .selection import requested
+
+    env["TRANSFER_DEVICE"] = requested(device or env.get("TRANSFER_DEVICE"))
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for entry in (PACKAGE_PARENT, BOOTSTRAP_DIR):  # bootstrap ends up first
+        if entry in parts:
+            parts.remove(entry)
+        parts.insert(0, entry)
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+
+
+def activate_on_torch_import() -> None:
+    """Install transfer right after torch is imported (at once if it already is)."""
+    import wrapt
+
+    def on_torch(module):
+        from . import install
+
+        install()
+
+    wrapt.register_post_import_hook(on_torch, "torch")
+
+
+def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
+                                     "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off).")
+    parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help=command_help)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the transfer-run console script."""
+    from .errors import TransferError
+
+    args = _parser("transfer-run", "the command to run, e.g. torchrun --nproc_per_node=8 train.py").parse_args(argv)
+    if not args.command:
+        print("transfer-run: no command given (example: transfer-run torchrun --nproc_per_node=2 train.py)",
+              file=sys.stderr)
+        return 2
+    try:
+        prepare_environment(os.environ, args.device)
+    except TransferError as exc:
+        print(f"transfer-run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        os.execvp(args.command[0], args.command)
+    except OSError as exc:
+        print(f"transfer-run: cannot run {args.command[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+def run_python(argv: Optional[List[str]] = None) -> int:
+    """``python -m transfer [--device X] script.py args`` or ``... -m module args``."""
+    import runpy
+
+    from .errors import TransferError
+
+    args = _parser("python -m transfer", "script.py [args], or -m module [args]").parse_args(argv)
+    if not args.command:
+        print("usage: python -m transfer [--device X] script.py [args...] | -m module [args...]", file=sys.stderr)
+        return 2
+    try:
+        prepare_environment(os.environ, args.device)
+    except TransferError as exc:
+        print(f"python -m transfer: {exc}", file=sys.stderr)
+        return 2
+    activate_on_torch_import()
+    command = args.command
+    if command[0] == "-m" and len(command) > 1:
+        sys.argv = command[1:]
+        runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = command
+        sys.path.insert(0, os.path.dirname(os.path.abspath(command[0])))
+        runpy.run_path(command[0], run_name="__main__")
+    return 0
