@@ -145,40 +145,41 @@ def is_current_stream_capturing() -> bool:
     return False
 
 
-# RNG: the CPU generator is the device generator on this target.
+# RNG: the CPU generator is the device generator on this target. Use it
+# directly: torch.manual_seed itself calls torch.cuda.manual_seed_all.
 def manual_seed(seed: int) -> None:
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(int(seed))
 
 
 manual_seed_all = manual_seed
 
 
 def seed() -> None:
-    torch.seed()
+    torch.default_generator.seed()
 
 
 seed_all = seed
 
 
 def initial_seed() -> int:
-    return torch.initial_seed()
+    return torch.default_generator.initial_seed()
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    return torch.get_rng_state()
+    return torch.default_generator.get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
-    torch.set_rng_state(new_state)
+    torch.default_generator.set_state(new_state)
 
 
 def get_rng_state_all() -> list:
-    return [torch.get_rng_state() for _ in range(device_count())]
+    return [get_rng_state() for _ in range(device_count())]
 
 
 def set_rng_state_all(new_states: list) -> None:
     if new_states:
-        torch.set_rng_state(new_states[0])
+        set_rng_state(new_states[0])
 
 
 # Streams and events: CPU work is synchronous, so streams only need to exist;

@@ -44,7 +44,8 @@ def device_first(ctx, api: str, original: Callable) -> Callable:
             device = kwargs.get("device")
             if device is not None:
                 kwargs["device"] = translator(device)
-        return original(self, *args, **kwargs)
+            return original(self, *args, **kwargs)
+        return original(self, *args)  # no empty **kwargs: ~40 ns cheaper
 
     return _finish(to, original, api.rsplit(".", 1)[-1])
 
@@ -62,6 +63,7 @@ def device_keyword(ctx, api: str, original: Callable) -> Callable:
                 if result is _MISS:
                     result = miss(device)
                 kwargs["device"] = result
-        return original(*args, **kwargs)
+            return original(*args, **kwargs)
+        return original(*args)
 
     return _finish(factory, original, api.rsplit(".", 1)[-1])

@@ -41,8 +41,8 @@ def _cuda(ctx):
             result = lookup(device, _MISS)
             device = miss(device) if result is _MISS else result
         if memory_format is preserve:
-            return native_to(self, device, non_blocking=non_blocking)
-        return native_to(self, device, non_blocking=non_blocking, memory_format=memory_format)
+            return native_to(self, device, None, non_blocking)  # positional: keywords cost ~250 ns
+        return native_to(self, device, None, non_blocking, memory_format=memory_format)
 
     return _finish(cuda, torch.Tensor.cuda, "cuda")
 
