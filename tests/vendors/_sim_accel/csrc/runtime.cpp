@@ -248,7 +248,7 @@ class SimGenerator final : public c10::GeneratorImpl {
     std::lock_guard<std::mutex> lock(inner_.mutex());
     return new SimGenerator(device().index(), inner_.clone());
   }
-  at::Generator inner_;
+  mutable at::Generator inner_;
 };
 
 std::once_flag g_generators_once;
@@ -437,7 +437,7 @@ struct SimHooks final : public at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
     const int idx = device_index >= 0 ? device_index : tls_device;
     return at::make_generator<SimGenerator>(
-        static_cast<c10::DeviceIndex>(idx), c10::detail::default_rng_seed_val);
+        static_cast<c10::DeviceIndex>(idx), c10::default_rng_seed_val);
   }
   at::Device getDeviceFromPtr(void* data) const override {
     std::lock_guard<std::mutex> lock(g_alloc_mutex);

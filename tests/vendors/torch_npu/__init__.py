@@ -1,0 +1,47 @@
+"""Test stand-in for Huawei Ascend ``torch_npu`` (device ``npu``, backend ``hccl``).
+
+CPU-backed simulation for tests; never shipped. See ``tests/vendors/README.md``.
+
+``torch.npu`` mirrors the public names of the real ``torch_npu.npu.__all__``
+(torch_npu 2.13.0 wheel from PyPI, read without importing it) that concern
+devices, streams/events, RNG, memory statistics, properties and AMP. Real
+names deliberately left out (absent here too, so fallbacks get exercised):
+NPUGraph/graph/graph_pool_handle/make_graphed_callables, mstx, the typed
+*Storage/*Tensor classes, set_option/set_dump/set_aoe/set_compile_mode and
+the other Ascend tuning switches, MemPool/use_mem_pool, NPUPluggableAllocator,
+caching_allocator_alloc/delete, ipc_collect, utilization, stress_detect,
+ExternalEvent/ExternalStream, SyncLaunchStream, set_sync_debug_mode.
+``get_device_capability`` behaves like torch_npu 2.13: None (with a
+warning) unless TORCH_NPU_DEVICE_CAPABILITY="major.minor" is set.
+"""
+
+import torch
+import torch.distributed
+
+from _sim_accel import VendorSpec, install
+from _sim_accel import api as _api
+
+__version__ = "2.13.0+sim"
+
+SPEC = VendorSpec(
+    package="torch_npu",
+    name="npu",
+    backend="hccl",
+    vendor="Huawei Ascend",
+    api=_api.COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
+                       "memory_snapshot", "get_allocator_backend"),
+    device_name="Ascend910B2 (simulated)",
+    properties_class="_NPUDeviceProperties",
+    properties=(("cube_core_num", 24), ("vector_core_num", 48), ("L2_cache_size", 192 * 1024 * 1024),
+                ("multi_processor_count", 24)),
+    capability="env",
+    capability_env="TORCH_NPU_DEVICE_CAPABILITY",
+    extended_api=True,  # torch_npu registers hccl with extended_api=True
+    unsupported_dtypes=(torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32, torch.qint8),
+)
+
+npu = install(SPEC)
+
+# torch_npu adds this to torch.distributed (torch_npu/_init/patches/distributed_patches.py).
+if not hasattr(torch.distributed, "is_hccl_available"):
+    torch.distributed.is_hccl_available = lambda: True

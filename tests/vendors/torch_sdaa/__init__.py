@@ -1,0 +1,43 @@
+"""Test stand-in for Tecorigin ``torch_sdaa`` (device ``sdaa``, backend ``tccl``).
+
+CPU-backed simulation for tests; never shipped. See ``tests/vendors/README.md``.
+
+torch_sdaa is distributed by the vendor only, so ``torch.sdaa`` mirrors what
+public code calls on it: DeepSpeed's ``accelerator/sdaa_accelerator.py``
+(device/set_device/current_device/device_count/synchronize, RNG incl.
+default_generators, Stream/stream/current_stream/default_stream/Event, the
+memory_* statistics, get_device_properties, is_bf16_supported, _lazy_call)
+plus the CUDA-style names every such module has (is_initialized, init,
+device_of, StreamContext, set_stream, seed_all, *_rng_state_all,
+get_device_name, mem_get_info, memory_summary, amp, get_amp_supported_dtype).
+Not evidenced in public code, hence absent: get_device_capability,
+is_current_stream_capturing, can_device_access_peer, memory_snapshot, the
+autocast getters/setters, graphs, a tracing (nvtx-like) module.
+
+tccl quirks simulated: init_process_group refuses to run before
+torch.sdaa.set_device was called in the process, and two ranks on one host
+may not use the same device index.
+"""
+
+from _sim_accel import VendorSpec, install
+from _sim_accel import api as _api
+
+__version__ = "2.13.0+sim"
+
+_NOT_IN_SDAA = ("is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype")
+
+SPEC = VendorSpec(
+    package="torch_sdaa",
+    name="sdaa",
+    backend="tccl",
+    vendor="Tecorigin",
+    api=tuple(n for n in _api.COMMON if n not in _NOT_IN_SDAA),
+    device_name="T100 (simulated)",
+    properties_class="_SdaaDeviceProperties",
+    properties=(("multi_processor_count", 32),),
+    capability=None,
+    requires_set_device=True,
+    one_process_per_device=True,
+)
+
+sdaa = install(SPEC)
