@@ -91,7 +91,23 @@ def _apply(profile):
     except BaseException:
         registry.revert_all()
         raise
+    finally:
+        _forget_dynamo_rules()
     return ctx
+
+
+def _forget_dynamo_rules() -> None:
+    """Drop torch.compile's cached map of torch functions.
+
+    Dynamo resolves names such as "torch.zeros" once and caches the objects; a
+    map built while other patches (or none) were in place would make it treat
+    the functions now installed as unknown builtins, i.e. graph breaks.
+    """
+    import sys
+
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    if rules is not None:
+        rules.clear_lru_cache()
 
 
 def uninstall() -> None:
@@ -100,7 +116,10 @@ def uninstall() -> None:
     with _lock:
         if _active is not None:
             ctx, _active = _active, None
-            ctx.registry.revert_all()
+            try:
+                ctx.registry.revert_all()
+            finally:
+                _forget_dynamo_rules()
         _outcome = {"active": False, "reason": "uninstalled"}
 
 

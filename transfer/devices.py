@@ -59,9 +59,9 @@ class Target:
         self._lock = threading.Lock()
         self.translations: Dict[str, Dict[str, dict]] = {}
 
-    def device(self, index: Optional[int]) -> torch.device:
+    def device(self, index: Optional[int], check: bool = True) -> torch.device:
         if self.device_type == "cpu":
-            if index is not None and index >= self._device_count():
+            if check and index is not None and index >= self._device_count():
                 raise TransferError(
                     f"invalid device ordinal cuda:{index}: the cpu target has "
                     f"{self._device_count()} device(s) (set TRANSFER_CPU_DEVICES to change that)"
@@ -69,12 +69,12 @@ class Target:
             return torch.device("cpu")
         return torch.device(self.device_type) if index is None else torch.device(self.device_type, index)
 
-    def translate(self, spec: Any) -> Any:
+    def translate(self, spec: Any, check: bool = True) -> Any:
         """Translate one device argument without caching or recording."""
         parsed = parse_cuda(spec)
         if parsed is None:
             return spec
-        return self.device(parsed[0])
+        return self.device(parsed[0], check)
 
     def record(self, api: str, spec: Any, result: Any) -> None:
         site = caller_site()
@@ -107,10 +107,12 @@ class Translator:
         return result
 
     def miss(self, spec: Any) -> Any:
+        if torch.compiler.is_compiling():
+            # Inside a traced graph: pure computation only (no env reads, frame
+            # walking or cache growth), so torch.compile sees no graph break.
+            return self.target.translate(spec, check=False)
         result = self.target.translate(spec)
         if result is not spec:
-            if torch.compiler.is_compiling():
-                return result  # no frame walking or dict growth inside a traced graph
             self.target.record(self.api, spec, result)
         if len(self.cache) < _CACHE_LIMIT:
             self.cache[spec] = result

@@ -114,6 +114,8 @@ def _device_position(original: Any) -> Optional[int]:
 
 def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
     """`impl` itself, or a layer over it translating its device argument."""
+    if ctx.profile.is_cpu:
+        return impl  # the cpu runtime reads 'cuda:N' itself: its virtual devices keep their index
     pos = _device_position(original) if original is not None else None
     if pos is None:
         return impl

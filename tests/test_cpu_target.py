@@ -1,0 +1,203 @@
+"""The cpu target in-process: each patch area against real torch calls."""
+
+import io
+import logging
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn as nn
+
+from transfer.errors import UnsupportedCudaAPI
+
+
+def test_tensor_calls_land_on_cpu(cpu_target):
+    x = torch.arange(4.0)
+    assert x.cuda() is x  # already on the device: same tensor, as CUDA does
+    assert x.cuda(0).device.type == "cpu"
+    assert x.to("cuda", non_blocking=True) is x
+    assert x.to(torch.device("cuda", 0)).device.type == "cpu"
+    assert x.to("cuda:0", torch.float64).dtype == torch.float64
+    assert x.to(device="CUDA:0", dtype=torch.float16).dtype == torch.float16
+    assert x.to(0).device.type == "cpu"
+    assert x.to(torch.float16).dtype == torch.float16
+    assert x.new_zeros(2, device="cuda").device.type == "cpu"
+    assert x.pin_memory() is x
+    assert x.is_cuda and not torch.ones(1, device="meta").is_cuda
+
+
+def test_factories_and_default_device(cpu_target):
+    for make in (lambda: torch.zeros(3, device="cuda"), lambda: torch.randn(2, 2, device="cuda:0"),
+                 lambda: torch.full((2,), 1.0, device=torch.device("cuda")), lambda: torch.arange(3, device=0),
+                 lambda: torch.zeros_like(torch.ones(2), device="cuda"), lambda: torch.tensor([1], device="cuda"),
+                 lambda: torch.fft.fftfreq(4, device="cuda"), lambda: torch.eye(2, device="cuda:0")):
+        assert make().device.type == "cpu"
+    with torch.device("cuda"):
+        assert torch.ones(1).device.type == "cpu"
+    g = torch.Generator(device="cuda")
+    assert isinstance(g, torch.Generator) and g.device.type == "cpu"
+    assert isinstance(torch.default_generator, torch.Generator)
+    torch.set_default_device("cuda")
+    try:
+        assert torch.empty(1).device.type == "cpu"
+    finally:
+        torch.set_default_device(None)
+
+
+def test_module_moves(cpu_target):
+    model = nn.Linear(2, 2)
+    assert model.cuda() is model and next(model.parameters()).is_cuda
+    assert model.to("cuda:0", torch.float64).weight.dtype == torch.float64
+    empty = nn.Linear(2, 2, device="meta").to_empty(device="cuda")
+    assert empty.weight.device.type == "cpu"
+    lstm = nn.LSTM(4, 4).cuda()  # flatten_parameters must not take the cudnn path
+    out, _ = lstm(torch.randn(3, 1, 4).cuda())
+    assert out.shape == (3, 1, 4)
+
+
+def test_cuda_namespace(cpu_target, monkeypatch):
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+    monkeypatch.setenv("TRANSFER_CPU_DEVICES", "3")
+    assert torch.cuda.device_count() == 3
+    torch.cuda.set_device("cuda:2")
+    assert torch.cuda.current_device() == 2
+    with torch.cuda.device(1):
+        assert torch.cuda.current_device() == 1
+    assert torch.cuda.current_device() == 2
+    torch.cuda.set_device(0)
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.cuda.set_device(5)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.get_device_properties(0).total_memory > 0
+    assert torch.cuda.is_bf16_supported()
+    torch.cuda.manual_seed(7)
+    a = torch.randn(3, device="cuda")
+    torch.manual_seed(7)  # the CPU generator is the device generator here
+    assert torch.equal(a, torch.randn(3))
+    state = torch.cuda.get_rng_state()
+    b = torch.rand(2, device="cuda")
+    torch.cuda.set_rng_state(state)
+    assert torch.equal(b, torch.rand(2, device="cuda"))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.randn(200, 200) @ torch.randn(200, 200)
+    end.record()
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) > 0
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda.current_stream().wait_stream(s)
+
+
+def test_unsupported_api_raises_a_clear_error(cpu_target):
+    with pytest.raises(UnsupportedCudaAPI) as info:
+        torch.cuda.CUDAGraph()
+    assert "torch.cuda.CUDAGraph" in str(info.value) and "cpu target" in str(info.value)
+
+
+def test_placeholders_warn_once(cpu_target, caplog):
+    with caplog.at_level(logging.WARNING, logger="transfer"):
+        assert torch.cuda.max_memory_allocated() == 0
+        assert torch.cuda.max_memory_allocated() == 0
+        torch.cuda.nvtx.range_push("x")
+        torch.cuda.nvtx.range_pop()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("max_memory_allocated" in m for m in messages) == 1
+    assert sum("nvtx" in m for m in messages) == 1
+
+
+def test_autocast_and_grad_scaler(cpu_target):
+    model, x = nn.Linear(8, 8), torch.randn(4, 8)
+    with torch.cuda.amp.autocast():
+        assert model(x).dtype == torch.bfloat16  # fp16 policy on the cpu target
+    with torch.autocast(device_type="cuda", dtype=torch.float16):
+        assert model(x).dtype == torch.bfloat16
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert model(x).dtype == torch.bfloat16
+    scaler = torch.cuda.amp.GradScaler()
+    assert scaler._device == "cpu"
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.weight.detach().clone()
+    scaler.scale(model(x).float().sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert not torch.equal(before, model.weight)
+    scaler2 = torch.amp.GradScaler("cuda")
+    assert scaler2._device == "cpu"
+
+
+def test_fp16_policy_can_be_kept(monkeypatch):
+    import transfer
+
+    monkeypatch.setenv("TRANSFER_CPU_AMP_DTYPE", "float16")
+    monkeypatch.setenv("TRANSFER_QUIET", "1")
+    transfer.uninstall()
+    transfer.install("cpu")
+    try:
+        with torch.autocast("cuda", dtype=torch.float16):
+            assert nn.Linear(2, 2)(torch.randn(1, 2)).dtype == torch.float16
+    finally:
+        transfer.uninstall()
+
+
+def saved(obj, location="cpu"):
+    buf = io.BytesIO()
+    with mock.patch("torch.serialization.location_tag", lambda storage: location):
+        torch.save(obj, buf)
+    buf.seek(0)
+    return buf
+
+
+def test_checkpoints_saved_on_cuda_load_in_every_map_location_form(cpu_target, tmp_path):
+    state = {"w": torch.arange(3.0), "cuda_version": "12.1"}
+    for map_location in (None, "cuda:0", "cuda", torch.device("cuda", 0), {"cuda:0": "cuda:0"},
+                         lambda storage, loc: storage.cuda(0), lambda storage, loc: storage, "cpu"):
+        loaded = torch.load(saved(state, "cuda:0"), map_location=map_location)
+        assert torch.equal(loaded["w"], state["w"]) and loaded["w"].device.type == "cpu"
+        assert loaded["cuda_version"] == "12.1"  # values are never rewritten
+    path = tmp_path / "cuda_runs" / "cuda_model.pt"
+    path.parent.mkdir()
+    torch.save(state, path)
+    assert torch.equal(torch.load(str(path), map_location="cuda:0")["w"], state["w"])
+
+
+def test_dataloader_pin_memory_is_quiet(cpu_target, recwarn):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2, pin_memory=True)
+    assert [b[0].tolist() for b in loader] == [[0.0, 1.0], [2.0, 3.0]]
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+
+
+def test_data_parallel_equals_bare_module(cpu_target):
+    torch.manual_seed(0)
+    bare = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(6, 4)
+    expected = bare(x)
+    dp = nn.DataParallel(bare).cuda()
+    assert torch.equal(dp(x.cuda()), expected)
+
+
+def test_torch_compile_fullgraph_with_translated_calls(cpu_target):
+    import torch._dynamo
+
+    def step(x):
+        y = x.to("cuda", non_blocking=True) * 2 + torch.zeros(4, device="cuda")
+        return y.cuda() + torch.ones(4, device=torch.device("cuda", 0))
+
+    x = torch.arange(4.0)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(step)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(step, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(x), step(x))
+
+
+def test_file_paths_are_never_rewritten(cpu_target, tmp_path):
+    path = str(tmp_path / "cuda_checkpoint.pt")
+    torch.save({"a": 1}, path)
+    assert torch.load(path)["a"] == 1
+    assert torch.ones(1).to("cuda").device.type == "cpu"
+    with pytest.raises(RuntimeError):
+        torch.ones(1).to("cuda_model.pt")  # not a device: torch's own error, untouched

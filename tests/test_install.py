@@ -1,0 +1,126 @@
+"""install / uninstall / status: identity, idempotence, thread safety, switches."""
+
+import threading
+
+import pytest
+import torch
+
+import transfer
+from transfer.errors import UnknownDeviceError, UnsupportedCudaAPI
+
+
+def snapshot(records):
+    return {(id(r.owner), r.attribute): (r.owner, r.attribute, vars(r.owner).get(r.attribute, "<absent>"))
+            for r in records}
+
+
+def test_uninstall_restores_every_identical_object(monkeypatch):
+    monkeypatch.setenv("TRANSFER_QUIET", "1")
+    transfer.uninstall()
+    # Record what each patched attribute holds before install, from a first install's list.
+    transfer.install("cpu")
+    from transfer import _active
+
+    targets = [(r.owner, r.attribute) for r in _active.registry.records()]
+    transfer.uninstall()
+    before = {(id(o), a): vars(o).get(a, "<absent>") for o, a in targets}
+    assert len(targets) > 100
+    transfer.install("cpu")
+    assert torch.cuda.is_available() and torch.ones(1).is_cuda
+    transfer.uninstall()
+    after = {(id(o), a): vars(o).get(a, "<absent>") for o, a in targets}
+    changed = [key for key in before if before[key] is not after[key]]
+    assert changed == []
+    assert not torch.cuda.is_available()
+    assert "is_cuda" not in torch.Tensor.__dict__ and not torch.ones(1).is_cuda
+    with pytest.raises(RuntimeError):
+        torch.batch_norm_stats(torch.ones(2, 2), 1e-5)  # CPU kernels are unregistered again
+
+
+def test_install_is_idempotent_and_rejects_a_second_target(cpu_target):
+    first = transfer.status()
+    again = transfer.install("cpu")
+    assert again["patches"] == first["patches"]
+    assert transfer.install()["device"] == "cpu"  # 'auto' accepts what is active
+    with pytest.raises(transfer.TransferError, match="uninstall"):
+        transfer.install("sdaa")
+
+
+def test_install_is_thread_safe(monkeypatch):
+    monkeypatch.setenv("TRANSFER_QUIET", "1")
+    transfer.uninstall()
+    results, errors = [], []
+    barrier = threading.Barrier(8)
+
+    def worker():
+        barrier.wait()
+        try:
+            results.append(transfer.install("cpu")["patches"])
+        except Exception as exc:  # pragma: no cover - the assertion shows it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert len(results) == 8 and all(r == results[0] for r in results)
+        assert len(results[0]) == len(set(results[0]))  # nothing patched twice
+    finally:
+        transfer.uninstall()
+
+
+def test_disable_skips_named_patches_and_areas(monkeypatch):
+    monkeypatch.setenv("TRANSFER_QUIET", "1")
+    monkeypatch.setenv("TRANSFER_DISABLE", "tensor.is_cuda,factories")
+    transfer.uninstall()
+    transfer.install("cpu")
+    try:
+        info = transfer.status()
+        assert "tensor.to" in info["patches"] and "tensor.is_cuda" not in info["patches"]
+        assert not any(p.startswith("factories.") for p in info["patches"])
+        assert info["disabled"] == ["factories", "tensor.is_cuda"]
+        assert not torch.ones(1).is_cuda
+        assert torch.ones(1).cuda().device.type == "cpu"
+    finally:
+        transfer.uninstall()
+
+
+def test_strict_mode_turns_warnings_into_errors(monkeypatch):
+    monkeypatch.setenv("TRANSFER_QUIET", "1")
+    monkeypatch.setenv("TRANSFER_STRICT", "1")
+    transfer.uninstall()
+    transfer.install("cpu")
+    try:
+        with pytest.raises(UnsupportedCudaAPI, match="max_memory_allocated"):
+            torch.cuda.max_memory_allocated()
+        with pytest.raises(UnsupportedCudaAPI, match="TRANSFER_STRICT"):
+            torch.cuda.nvtx.range_push("step")
+    finally:
+        transfer.uninstall()
+
+
+def test_unknown_device_lists_choices():
+    with pytest.raises(UnknownDeviceError) as info:
+        transfer.install("tpu")
+    message = str(info.value)
+    for choice in ("auto", "npu", "sdaa", "gcu", "cpu", "off"):
+        assert choice in message
+
+
+def test_off_installs_nothing():
+    transfer.uninstall()
+    info = transfer.install("off")
+    assert info == {"active": False, "reason": "TRANSFER_DEVICE=off"}
+    assert not torch.cuda.is_available()
+
+
+def test_report_lists_translations_with_call_sites(cpu_target):
+    torch.zeros(2, device="cuda:0")
+    torch.ones(2).to("cuda")
+    text = transfer.report()
+    assert "torch.zeros: 'cuda:0' -> cpu" in text
+    assert "Tensor.to: 'cuda' -> cpu" in text
+    assert __file__ in text
