@@ -36,9 +36,9 @@ def activate_on_torch_import() -> None:
     import wrapt
 
     def on_torch(module):
-        from . import install
+        from ._autoload import install_or_exit
 
-        install()
+        install_or_exit()
 
     wrapt.register_post_import_hook(on_torch, "torch")
 

@@ -1,0 +1,75 @@
+"""Collectives, DDP and SyncBatchNorm on the cpu target (gloo)."""
+
+import os
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from conftest import EXAMPLES, clean_env, free_port, python
+from transfer.patches.distributed import translate_backend
+
+sys.path.insert(0, EXAMPLES)
+import ddp_syncbn  # noqa: E402  (the example's model and data, for the reference run)
+
+
+class Ctx:
+    def __init__(self, name):
+        from transfer.profiles import PROFILES
+
+        self.profile = PROFILES[name]
+
+
+@pytest.mark.parametrize("spelling, vendor, cpu", [
+    ("nccl", "tccl", "gloo"), ("NCCL", "tccl", "gloo"), (None, "tccl", "gloo"),
+    ("cuda:nccl", "sdaa:tccl", "gloo"), ("cpu:gloo,cuda:nccl", "cpu:gloo,sdaa:tccl", "gloo"),
+    ("gloo", "gloo", "gloo"), ("mpi", "mpi", "mpi"),
+])
+def test_backend_spellings(spelling, vendor, cpu):
+    assert translate_backend(Ctx("sdaa"), spelling) == vendor
+    assert translate_backend(Ctx("cpu"), spelling) == cpu
+
+
+def test_single_rank_nccl_ddp_with_device_ids(cpu_target, tmp_path):
+    assert dist.is_nccl_available()
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert dist.get_backend() == "gloo"
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))).cuda()
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0], output_device=torch.device("cuda", 0))
+        ddp(torch.randn(8, 4).cuda()).sum().backward()
+        group = dist.new_group([0], backend="nccl")
+        t = torch.ones(2, device="cuda")
+        dist.all_reduce(t, group=group)
+        assert t.tolist() == [1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
+
+
+def reference_state():
+    """The example trained in one process on the full batch, plain BatchNorm."""
+    model = ddp_syncbn.build_model()
+    optimizer = ddp_syncbn.make_optimizer(model)
+    criterion = nn.CrossEntropyLoss()
+    data = ddp_syncbn.build_dataset()
+    for step in range(ddp_syncbn.STEPS):
+        x, y = data[step * ddp_syncbn.GLOBAL_BATCH:(step + 1) * ddp_syncbn.GLOBAL_BATCH]
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+def test_torchrun_ddp_syncbn_matches_full_batch(tmp_path):
+    out = tmp_path / "final.pt"
+    proc = python("-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+                  os.path.join(EXAMPLES, "ddp_syncbn.py"), "--out", str(out),
+                  env=clean_env(TRANSFER_DEVICE="cpu"), timeout=300)
+    assert "saved" in proc.stdout
+    got, expected = torch.load(out), reference_state()
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert torch.allclose(got[key].double(), expected[key].double(), atol=1e-5, rtol=0), key
+    assert any("running_var" in k for k in expected)  # running stats are compared too

@@ -1,0 +1,98 @@
+"""The three ways in, each in a fresh interpreter, and the bad inputs."""
+
+import os
+import shutil
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, clean_env, python, run
+
+TRAIN = os.path.join(EXAMPLES, "train_cuda.py")
+PROBE = "import torch; print('cuda', torch.cuda.is_available(), torch.ones(1).cuda().device)"
+
+
+def assert_trained(proc):
+    assert "outputs identical: True" in proc.stdout, proc.stdout + proc.stderr
+    assert "epoch 0: loss" in proc.stdout
+
+
+def test_import_line(tmp_path):
+    script = tmp_path / "train_with_import.py"
+    script.write_text("from transfer import auto as _\n" + open(TRAIN).read())
+    proc = python(str(script), "--epochs", "1", "--workdir", str(tmp_path), env=clean_env(TRANSFER_DEVICE="cpu"))
+    assert_trained(proc)
+
+
+def test_import_line_defaults_to_auto_which_is_cpu_here(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text("from transfer import auto as _\n" + PROBE + "\n")
+    proc = python(str(script))
+    assert "cuda True cpu" in proc.stdout
+
+
+def test_environment_variable_alone(tmp_path):
+    proc = python(TRAIN, "--epochs", "1", "--workdir", str(tmp_path), env=clean_env(TRANSFER_DEVICE="cpu"))
+    assert_trained(proc)
+    assert proc.stderr.count("transfer: CUDA calls run on cpu") == 1  # one banner
+
+
+def test_environment_variable_unset_changes_nothing():
+    proc = python("-c", "import torch; print(torch.cuda.is_available(), 'is_cuda' in torch.Tensor.__dict__)")
+    assert proc.stdout.split() == ["False", "False"]
+
+
+def test_transfer_run_chains_the_users_sitecustomize(tmp_path):
+    user_site = tmp_path / "usersite"
+    user_site.mkdir()
+    (user_site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = 'yes'\n")
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE + "\nimport os\nprint('user site', os.environ.get('USER_SITECUSTOMIZE_RAN'))\n")
+    launcher = shutil.which("transfer-run")
+    assert launcher, "transfer-run is not installed (pip install -e .)"
+    env = clean_env(PYTHONPATH=str(user_site), TORCH_DEVICE_BACKEND_AUTOLOAD="0")  # the bootstrap alone
+    proc = run([launcher, "--device", "cpu", sys.executable, str(script)], env=env)
+    assert "cuda True cpu" in proc.stdout and "user site yes" in proc.stdout
+
+
+def test_transfer_run_trains_the_example(tmp_path):
+    proc = run([shutil.which("transfer-run"), "-d", "cpu", sys.executable, TRAIN, "--epochs", "1",
+                "--workdir", str(tmp_path)])
+    assert_trained(proc)
+
+
+def test_python_dash_m_transfer(tmp_path):
+    proc = python("-m", "transfer", "--device", "cpu", TRAIN, "--epochs", "1", "--workdir", str(tmp_path),
+                  env=clean_env(TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    assert_trained(proc)
+
+
+def test_unknown_device_fails_at_torch_import_not_at_startup():
+    env = clean_env(TRANSFER_DEVICE="tpu")
+    assert python("-c", "print('plain python works')", env=env).stdout.strip() == "plain python works"
+    proc = python("-c", "import torch", env=env, check=False)
+    assert proc.returncode != 0
+    assert "TRANSFER_DEVICE='tpu' is not a known target" in proc.stderr
+    assert "auto, npu, sdaa, gcu, cpu, off" in proc.stderr
+
+
+def test_transfer_run_rejects_an_unknown_device():
+    proc = run([shutil.which("transfer-run"), "--device", "tpu", sys.executable, "-c", "pass"], check=False)
+    assert proc.returncode == 2 and "not a known target" in proc.stderr
+
+
+def test_missing_vendor_package_names_it_and_the_fix():
+    proc = python("-c", "import torch", env=clean_env(TRANSFER_DEVICE="sdaa"), check=False)
+    assert proc.returncode != 0
+    assert "torch_sdaa" in proc.stderr and "cannot be imported" in proc.stderr and "TRANSFER_DEVICE=cpu" in proc.stderr
+
+
+def test_off_disables():
+    proc = python("-c", "import torch; print(torch.cuda.is_available())", env=clean_env(TRANSFER_DEVICE="off"))
+    assert proc.stdout.strip() == "False"
+
+
+def test_out_of_range_device_on_cpu_target():
+    code = "import torch; torch.zeros(1, device='cuda:7')"
+    proc = python("-c", code, env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_CPU_DEVICES="2"), check=False)
+    assert proc.returncode != 0 and "invalid device ordinal cuda:7" in proc.stderr
