@@ -456,6 +456,27 @@ Tensor batch_norm_backward_elemt(
   return gi.to(input.scalar_type()).contiguous(input.suggest_memory_format()).to(input.device());
 }
 
+// native_batch_norm updates running_mean/running_var in place although its
+// schema does not mark them as mutated, so the CPU fallback would update a
+// temporary copy. Run the CPU kernel on aliases of the device memory instead.
+std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
+    const Tensor& input,
+    const std::optional<Tensor>& weight,
+    const std::optional<Tensor>& bias,
+    const std::optional<Tensor>& running_mean,
+    const std::optional<Tensor>& running_var,
+    bool training,
+    double momentum,
+    double eps) {
+  const c10::DeviceGuard guard(input.device());
+  auto as_opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
+  auto [out, save_mean, save_invstd] = at::native_batch_norm(
+      alias_cpu(input), as_opt(opt_cpu(weight)), as_opt(opt_cpu(bias)),
+      as_opt(opt_cpu(running_mean)), as_opt(opt_cpu(running_var)), training, momentum, eps);
+  return {to_device(out, input.device()), to_device(save_mean, input.device()),
+          to_device(save_invstd, input.device())};
+}
+
 // ------------------------------------------------------------------ dropout
 // Same composition as the CPU kernel (bernoulli_ mask, input * mask * scale),
 // but the bernoulli_ draw runs on the device and so uses the device generator.
@@ -503,6 +524,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("batch_norm_backward_reduce", &batch_norm_backward_reduce);
   m.impl("batch_norm_backward_elemt", &batch_norm_backward_elemt);
   m.impl("native_dropout", &native_dropout);
+  m.impl("native_batch_norm", &native_batch_norm);
+  // Ops whose CompositeExplicitAutogradNonFunctional kernel would win over
+  // the fallback and call the CPU out= kernel with a wrongly shaped output.
+  m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&sim_accel::fallback>());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
