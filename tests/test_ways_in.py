@@ -96,3 +96,18 @@ def test_out_of_range_device_on_cpu_target():
     code = "import torch; torch.zeros(1, device='cuda:7')"
     proc = python("-c", code, env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_CPU_DEVICES="2"), check=False)
     assert proc.returncode != 0 and "invalid device ordinal cuda:7" in proc.stderr
+
+
+def test_vendor_without_devices_and_visible_devices_set_before_its_import(tmp_path):
+    fake = tmp_path / "fake_vendor"
+    fake.mkdir()
+    # A torch_sdaa that imports but has no device: it records what it saw at import.
+    (fake / "torch_sdaa.py").write_text(
+        "import os\nopen(os.environ['PROBE_OUT'], 'w').write(os.environ.get('SDAA_VISIBLE_DEVICES', '<unset>'))\n")
+    probe = tmp_path / "seen.txt"
+    env = clean_env(TRANSFER_DEVICE="sdaa", PYTHONPATH=str(fake), CUDA_VISIBLE_DEVICES="1,2", PROBE_OUT=str(probe))
+    proc = python("-c", "import torch", env=env, check=False)
+    assert proc.returncode != 0
+    assert "torch_sdaa is installed but reports no sdaa device" in proc.stderr
+    assert "TRANSFER_DEVICE=cpu" in proc.stderr
+    assert probe.read_text() == "1,2"

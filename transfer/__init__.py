@@ -46,6 +46,8 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     Returns `status()`.
     """
     global _active, _outcome
+    import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
+
     from . import selection
 
     with _lock:
@@ -57,28 +59,30 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
                     f"call transfer.uninstall() before installing '{wanted}'"
                 )
             return status()
-        profile, why = selection.select(wanted)
+        from .patches.environment import set_visible_devices
+        from .registry import Registry
+
+        registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
+        profile, why = selection.select(wanted, prepare=lambda p: set_visible_devices(registry, p))
         if profile is None:
             _outcome = {"active": False, "reason": why}
             if why == selection.NATIVE_CUDA:
                 _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
             return status()
-        _active = _apply(profile)
+        _active = _apply(profile, registry)
         _outcome = {"active": True, "reason": why}
         _banner(_active)
         return status()
 
 
-def _apply(profile):
+def _apply(profile, registry):
     import torch  # noqa: F401  (patch areas need it loaded)
 
     from . import cpu_runtime
     from .devices import Target
     from .patches import PatchContext, apply_all
-    from .registry import Registry
 
     runtime = cpu_runtime if profile.is_cpu else getattr(torch, profile.device_type)
-    registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
     ctx = PatchContext(
         profile=profile,
         registry=registry,

@@ -12,7 +12,7 @@ import importlib.util
 import logging
 import os
 import sys
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from .errors import NoDeviceError, UnknownDeviceError, VendorPackageMissing
 from .profiles import AUTO, CHOICES, OFF, PROFILES, Profile
@@ -35,25 +35,41 @@ def requested(device: Optional[str] = None) -> str:
     return value
 
 
-def select(device: Optional[str] = None) -> Tuple[Optional[Profile], str]:
-    """Return (profile or None, why). None means: install nothing."""
+Prepare = Callable[[Profile], Callable[[], None]]
+
+
+def select(device: Optional[str] = None, prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
+    """Return (profile or None, why). None means: install nothing.
+
+    `prepare(profile)` runs just before a vendor package is imported (to set its
+    environment) and returns an undo, called if that vendor is not taken.
+    """
     value = requested(device)
     if value == OFF:
         return None, "TRANSFER_DEVICE=off"
     if value != AUTO:
         profile = PROFILES[value]
         if profile.package is not None:
-            activate_vendor(profile)
+            activate_vendor(profile, prepare)
         return profile, f"TRANSFER_DEVICE={value}"
-    return _auto()
+    return _auto(prepare)
 
 
 def vendor_profiles():
     return [p for p in PROFILES.values() if p.package is not None]
 
 
-def activate_vendor(profile: Profile) -> None:
+def activate_vendor(profile: Profile, prepare: Optional[Prepare] = None) -> None:
     """Import the vendor package and check it has devices, or raise a clear error."""
+    undo = prepare(profile) if prepare is not None else (lambda: None)
+    try:
+        _import_vendor(profile)
+    except BaseException:
+        undo()
+        raise
+
+
+def _import_vendor(profile: Profile) -> None:
     import torch
 
     active = torch._C._get_privateuse1_backend_name()
@@ -82,19 +98,19 @@ def activate_vendor(profile: Profile) -> None:
         )
 
 
-def _auto() -> Tuple[Optional[Profile], str]:
+def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
     import torch
 
     active = torch._C._get_privateuse1_backend_name()
     for profile in vendor_profiles():
         if profile.device_type == active or profile.package in sys.modules:
-            activate_vendor(profile)
+            activate_vendor(profile, prepare)
             return profile, f"auto: {profile.package} is imported"
     for profile in vendor_profiles():
         if importlib.util.find_spec(profile.package) is None:
             continue
         try:
-            activate_vendor(profile)
+            activate_vendor(profile, prepare)
         except Exception as exc:  # an unusable vendor install must not stop the others
             logger.debug("transfer: auto skips %s: %s", profile.name, exc)
             continue
