@@ -87,7 +87,9 @@ class SimProcessGroup(dist.ProcessGroup):
     """Collective backend ``spec.backend`` for device type ``spec.name``."""
 
     def __init__(self, spec, C, store, rank: int, size: int, timeout: datetime.timedelta):
-        super().__init__(store, rank, size)
+        # torch 2.13 routes only the (rank, size) constructor through the
+        # PyProcessGroup trampoline that lets C++ callers reach these methods.
+        super().__init__(rank, size)
         self._spec = spec
         self._C = C
         self._rank = rank
