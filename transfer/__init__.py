@@ -13,7 +13,6 @@ Importing this package does not import torch; `install` does.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -198,6 +197,8 @@ def _banner(ctx) -> None:
 
 
 def _write_report(path: str) -> None:
+    import json
+
     path = path.replace("{pid}", str(os.getpid())).replace("{rank}", os.environ.get("RANK", "0"))
     with open(path, "w") as fh:
         json.dump(status(), fh, indent=2, default=str)
