@@ -51,19 +51,27 @@ def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of the transfer-run console script."""
+def _parse(prog: str, command_help: str, usage: str, argv: Optional[List[str]]):
+    """Parsed arguments with the environment prepared, or None after printing why not."""
     from .errors import TransferError
 
-    args = _parser("transfer-run", "the command to run, e.g. torchrun --nproc_per_node=8 train.py").parse_args(argv)
+    args = _parser(prog, command_help).parse_args(argv)
     if not args.command:
-        print("transfer-run: no command given (example: transfer-run torchrun --nproc_per_node=2 train.py)",
-              file=sys.stderr)
-        return 2
+        print(f"{prog}: no command given; usage: {usage}", file=sys.stderr)
+        return None
     try:
         prepare_environment(os.environ, args.device)
     except TransferError as exc:
-        print(f"transfer-run: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the transfer-run console script."""
+    args = _parse("transfer-run", "the command to run, e.g. torchrun --nproc_per_node=8 train.py",
+                  "transfer-run [--device X] torchrun --nproc_per_node=2 train.py", argv)
+    if args is None:
         return 2
     try:
         os.execvp(args.command[0], args.command)
@@ -77,16 +85,9 @@ def run_python(argv: Optional[List[str]] = None) -> int:
     """``python -m transfer [--device X] script.py args`` or ``... -m module args``."""
     import runpy
 
-    from .errors import TransferError
-
-    args = _parser("python -m transfer", "script.py [args], or -m module [args]").parse_args(argv)
-    if not args.command:
-        print("usage: python -m transfer [--device X] script.py [args...] | -m module [args...]", file=sys.stderr)
-        return 2
-    try:
-        prepare_environment(os.environ, args.device)
-    except TransferError as exc:
-        print(f"python -m transfer: {exc}", file=sys.stderr)
+    args = _parse("python -m transfer", "script.py [args], or -m module [args]",
+                  "python -m transfer [--device X] script.py [args...] | -m module [args...]", argv)
+    if args is None:
         return 2
     activate_on_torch_import()
     command = args.command
