@@ -190,32 +190,28 @@ def build_device_module(spec, C) -> types.ModuleType:
             event.record(self)
             return event
 
-        def wait_stream(self, stream) -> None:
-            self.wait_event(stream.record_event())
-
     Stream.__name__ = Stream.__qualname__ = "Stream"
     Stream.__module__ = modname
 
-    class Event(torch.Event):
-        r"""An event of the simulated device; ``elapsed_time`` measures host
-        wall-clock time between the two ``record`` calls, in milliseconds."""
-
-        def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-            return super().__new__(
-                cls,
+    class _EventMeta(type):
+        # torch.Event's C++ methods (elapsed_time, Stream.record_event) accept
+        # only exact torch.Event objects, so Event(...) returns one; isinstance
+        # and issubclass still recognise it as this device's Event.
+        def __call__(cls, enable_timing=False, blocking=False, interprocess=False):
+            return torch.Event(
                 device=torch.device(name, C.current_device()),
                 enable_timing=enable_timing,
                 blocking=blocking,
                 interprocess=interprocess,
             )
 
-        def __init__(self, *args, **kwargs):
-            pass
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, torch.Event) and obj.device.type == name
 
-        def record(self, stream=None):
-            if stream is None:
-                stream = current_stream()
-            super().record(stream)
+    class Event(metaclass=_EventMeta):
+        r"""An event of the simulated device (a ``torch.Event`` on it);
+        ``elapsed_time`` measures host wall-clock time between the two
+        ``record`` calls, in milliseconds."""
 
     Event.__module__ = modname
     export(Stream)

@@ -1,0 +1,385 @@
+"""Single-process checks of one simulated vendor: ``device_checks.py VENDOR``.
+
+Run by tests/test_vendor_standins.py in a subprocess (importing a stand-in
+renames PrivateUse1 for the whole process, so never inside pytest itself).
+Each check is a function below; the script runs all of them, printing a
+line per check, and ends with ``REPORT {"check": "ok" | "<traceback>"}``.
+"""
+
+import importlib
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+VENDOR = sys.argv[1]
+BACKEND = {"npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}[VENDOR]
+OTHERS = [v for v in ("npu", "sdaa", "gcu") if v != VENDOR]
+
+pkg = importlib.import_module(f"torch_{VENDOR}")
+mod = getattr(torch, VENDOR)
+D1, D2, D3 = (torch.device(VENDOR, i) for i in (1, 2, 3))
+
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+@check
+def distributed_single_rank():
+    # First, before anything calls set_device: tccl must refuse, the others not.
+    def init():
+        dist.init_process_group(BACKEND, store=dist.HashStore(), rank=0, world_size=1)
+
+    if VENDOR == "sdaa":
+        try:
+            init()
+        except RuntimeError as exc:
+            assert "set_device must be called before init_process_group" in str(exc), exc
+        else:
+            raise AssertionError("tccl accepted init_process_group before set_device")
+        mod.set_device(1)
+    init()
+    assert dist.get_backend() == BACKEND
+    t = torch.ones(3, device=D1)
+    dist.all_reduce(t)
+    assert t.device == D1 and t.tolist() == [1.0, 1.0, 1.0]
+    dist.destroy_process_group()
+    mod.set_device(0)
+
+
+@check
+def registration():
+    assert torch._C._get_privateuse1_backend_name() == VENDOR
+    assert getattr(torch, VENDOR) is mod is getattr(pkg, VENDOR)
+    assert sys.modules[f"torch.{VENDOR}"] is mod
+    assert mod.device_count() == int(os.environ.get("SIM_ACCEL_DEVICE_COUNT", "4"))
+    assert mod.is_available()
+    x = torch.ones(2)
+    assert getattr(x, VENDOR)(1).device == D1
+    assert getattr(x.to(D1), f"is_{VENDOR}") and not getattr(x, f"is_{VENDOR}")
+    m = getattr(nn.Linear(2, 2), VENDOR)(3)
+    assert m.weight.device == D3
+    assert dist.Backend.default_device_backend_map[VENDOR] == BACKEND
+    assert BACKEND in dist.Backend.backend_list
+    assert torch.accelerator.current_accelerator().type == VENDOR
+
+
+@check
+def tensors_on_index_1_and_3():
+    for dev in (D1, D3):
+        base = torch.arange(12.0).reshape(3, 4)
+        x = base.to(dev)
+        assert x.device == dev and x.get_device() == dev.index
+        assert torch.equal(x.cpu(), base)
+        assert x.untyped_storage().device == dev
+        v = x.t()
+        v[0, 1] = 100.0  # write through a view
+        assert x[1, 0].item() == 100.0
+        s = x[1:, ::2]
+        s.mul_(2)
+        assert x.cpu()[2].tolist() == [16.0, 9.0, 20.0, 11.0]
+        assert x.view(12)[5].item() == 5.0 and x.reshape(2, 6).shape == (2, 6)
+        assert x.unsqueeze(0).expand(2, 3, 4).sum().item() == 2 * x.sum().item()
+        x.add_(1).clamp_(max=50.0)
+        assert x.max().item() == 50.0
+        assert x[x > 20].numel() == 2
+        z = torch.zeros(2, 3, device=dev) + torch.ones(3, device=dev)
+        assert z.device == dev and z.sum().item() == 6.0
+        r = torch.arange(5, device=dev, dtype=torch.int64)
+        assert r.tolist() == [0, 1, 2, 3, 4] and r.dtype == torch.int64
+        h = x.half().float()
+        assert h.device == dev
+    a = torch.randn(4, 5, device=D1)
+    b = a.to(D3)  # cross-device copy
+    assert b.device == D3 and torch.equal(a.cpu(), b.cpu())
+    assert a.data_ptr() != b.data_ptr()
+    c = torch.empty(4, 5, device=D1)
+    c.copy_(b)
+    assert torch.equal(c.cpu(), a.cpu())
+    d = torch.empty(5, 4, device=D3)
+    d.copy_(a.t())  # non-contiguous source, other device
+    assert torch.equal(d.cpu(), a.cpu().t())
+    e = torch.randn(3, 3).t().to(D1)
+    assert torch.equal(e.cpu(), e.cpu().clone())
+    assert torch.matmul(a, a.t()).device == D1
+    assert torch.allclose(torch.matmul(a, a.t()).cpu(), a.cpu() @ a.cpu().t())
+
+
+@check
+def printing():
+    x = torch.tensor([[1.5, 2.0], [3.0, -4.25]], device=D1)
+    text = repr(x)
+    assert f"device='{VENDOR}:1'" in text and "-4.2500" in text, text
+    assert f"device='{VENDOR}:3'" in str(torch.zeros(2, dtype=torch.long, device=D3))
+    assert "[]" in repr(torch.empty(0, device=D1))
+
+
+@check
+def save_and_load():
+    model = nn.Linear(3, 2).to(D1)
+    data = {"w": torch.randn(3, 4, device=D1), "m": model.state_dict(), "t": torch.arange(3, device=D3)}
+    buf = io.BytesIO()
+    torch.save(data, buf)
+    buf.seek(0)
+    back = torch.load(buf)
+    assert back["w"].device == D1 and back["t"].device == D3
+    assert torch.equal(back["w"].cpu(), data["w"].cpu())
+    buf.seek(0)
+    on_cpu = torch.load(buf, map_location="cpu")
+    assert on_cpu["w"].device.type == "cpu"
+    cpu_buf = io.BytesIO()
+    torch.save({"x": torch.arange(6.0).reshape(2, 3)}, cpu_buf)
+    cpu_buf.seek(0)
+    moved = torch.load(cpu_buf, map_location=f"{VENDOR}:1")
+    assert moved["x"].device == D1 and moved["x"].sum().item() == 15.0
+    buf.seek(0)
+    remapped = torch.load(buf, map_location={f"{VENDOR}:1": f"{VENDOR}:2"})
+    assert remapped["w"].device == D2
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.pt")
+        torch.save(model.state_dict(), path)
+        fresh = nn.Linear(3, 2).to(D3)
+        fresh.load_state_dict(torch.load(path, map_location=f"{VENDOR}:3"))
+        assert fresh.weight.device == D3
+        assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
+
+
+def _make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(8 * 4 * 4, 16), nn.BatchNorm1d(16), nn.ReLU(),
+        nn.Dropout(0.0), nn.Linear(16, 5))
+
+
+def _train(device, opt_name):
+    model = _make_model().to(device)
+    params = model.parameters()
+    opt = {
+        "adam": lambda: torch.optim.Adam(params, lr=1e-2, foreach=True),
+        "adamw": lambda: torch.optim.AdamW(params, lr=1e-2, foreach=True),
+        "sgd": lambda: torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True),
+    }[opt_name]()
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x = torch.randn(8, 3, 8, 8, generator=g).to(device)
+        y = torch.randint(0, 5, (8,), generator=g).to(device)
+        out = model(x)
+        loss = F.cross_entropy(out, y) + F.mse_loss(out[:, 0], y.float())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, opt
+
+
+@check
+def training_matches_cpu():
+    for opt_name in ("adam", "adamw", "sgd"):
+        ref, _ = _train("cpu", opt_name)
+        got, opt = _train(D1, opt_name)
+        for k, v in ref.state_dict().items():
+            w = got.state_dict()[k]
+            assert w.device == D1, (k, w.device)
+            assert torch.allclose(v.double(), w.cpu().double(), rtol=1e-6, atol=1e-7), (opt_name, k)
+        for state in opt.state.values():
+            for name, value in state.items():
+                if torch.is_tensor(value) and value.dim() > 0:
+                    assert value.device == D1, (opt_name, name, value.device)
+
+
+@check
+def dropout_and_rng_use_device_generator():
+    x = torch.ones(64, 64)
+    mod.set_device(1)
+    mod.manual_seed(7)
+    on_dev = F.dropout(x.to(D1), p=0.5, training=True)
+    torch.manual_seed(7)
+    on_cpu = F.dropout(x, p=0.5, training=True)
+    assert torch.equal(on_dev.cpu(), on_cpu)
+    state = mod.get_rng_state(1)
+    assert state.device.type == "cpu" and state.dtype == torch.uint8
+    a = torch.rand(5, device=D1)
+    mod.set_rng_state(state, 1)
+    b = torch.rand(5, device=D1)
+    assert torch.equal(a.cpu(), b.cpu())
+    mod.manual_seed_all(3)
+    assert mod.initial_seed() == 3
+    assert len(mod.get_rng_state_all()) == mod.device_count()
+    assert len(mod.default_generators) == mod.device_count()
+    assert mod.default_generators[2].device == D2
+    mod.set_device(0)
+
+
+@check
+def autocast_on_device():
+    lin = nn.Linear(8, 4).to(D1)
+    x = torch.randn(2, 8, device=D1)
+    with torch.autocast(device_type=VENDOR, dtype=torch.bfloat16):
+        y = lin(x)
+        s = torch.softmax(y, dim=-1)
+    assert y.dtype == torch.bfloat16 and s.dtype == torch.float32, (y.dtype, s.dtype)
+    with mod.amp.autocast(dtype=torch.bfloat16):
+        y2 = lin(x)
+    assert y2.dtype == torch.bfloat16
+    assert lin(x).dtype == torch.float32
+    scaler = mod.amp.GradScaler()
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    with torch.autocast(device_type=VENDOR, dtype=torch.bfloat16):
+        loss = lin(x).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() > 0
+
+
+@check
+def events_and_streams():
+    start = mod.Event(enable_timing=True)
+    end = mod.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.05)
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end)
+    assert 40.0 <= ms <= 5000.0, ms
+    assert end.query() and isinstance(end, mod.Event)
+    untimed_a, untimed_b = mod.Event(), mod.Event()
+    untimed_a.record()
+    untimed_b.record()
+    try:
+        untimed_a.elapsed_time(untimed_b)
+    except (RuntimeError, ValueError) as exc:
+        assert "enable_timing" in str(exc), exc
+    else:
+        raise AssertionError("elapsed_time without enable_timing did not raise")
+    s = mod.Stream(device=D1)
+    assert s.device == D1 and s != mod.default_stream(1)
+    with mod.stream(s):
+        assert mod.current_stream(1) == s
+        y = torch.ones(3, device=D1) * 2
+    assert mod.current_stream(1) == mod.default_stream(1)
+    s.synchronize()
+    assert s.query()
+    mod.synchronize()
+    mod.synchronize(3)
+
+
+@check
+def memory_statistics():
+    mod.empty_cache()
+    mod.reset_peak_memory_stats(2)
+    before = mod.memory_allocated(2)
+    x = torch.empty(1 << 20, device=D2)  # 4 MiB
+    after = mod.memory_allocated(2)
+    assert after - before >= 4 * 1024 * 1024, (before, after)
+    assert mod.max_memory_allocated(2) >= after
+    assert mod.memory_reserved(2) >= after
+    stats = mod.memory_stats(2)
+    assert stats["allocated_bytes.all.current"] == after
+    assert mod.memory_allocated(1) != after or mod.memory_allocated(1) == 0
+    del x
+    assert mod.memory_allocated(2) == before
+    assert mod.max_memory_allocated(2) >= before + 4 * 1024 * 1024
+    reserved = mod.memory_reserved(2)
+    mod.empty_cache()
+    assert mod.memory_reserved(2) < reserved
+    mod.reset_peak_memory_stats(2)
+    assert mod.max_memory_allocated(2) == mod.memory_allocated(2)
+    free, total = mod.mem_get_info(2)
+    assert 0 < free <= total == mod.get_device_properties(2).total_memory
+
+
+@check
+def device_module_api():
+    for name in pkg.SPEC.api:
+        assert hasattr(mod, name), name
+    assert set(mod.__all__) <= set(dir(mod))
+    props = mod.get_device_properties(1)
+    assert props.name == mod.get_device_name(1) and props.total_memory > 0
+    assert props.multi_processor_count > 0
+    assert mod.is_bf16_supported() is True
+    assert isinstance(mod.is_initialized(), bool)
+    assert torch.bfloat16 in mod.get_amp_supported_dtype()
+    for absent in ("nvtx", "graph", "CUDAGraph", "make_graphed_callables", "jiterator"):
+        assert not hasattr(mod, absent), absent
+    if VENDOR == "gcu":
+        assert mod.get_device_capability(1) == (props.major, props.minor)
+        assert mod.is_current_stream_capturing() is False
+    elif VENDOR == "npu":
+        os.environ.pop("TORCH_NPU_DEVICE_CAPABILITY", None)
+        assert mod.get_device_capability() is None
+        os.environ["TORCH_NPU_DEVICE_CAPABILITY"] = "8.0"
+        assert mod.get_device_capability() == (8, 0)
+        assert mod.is_current_stream_capturing() is False
+        assert dist.is_hccl_available()
+    else:
+        assert not hasattr(mod, "get_device_capability")
+        assert not hasattr(mod, "is_current_stream_capturing")
+    with mod.device(2):
+        assert mod.current_device() == 2
+        assert torch.empty(1, device=VENDOR).device == D2
+    assert mod.current_device() == 0
+    t3 = torch.ones(1, device=D3)
+    with mod.device_of(t3):
+        assert mod.current_device() == 3
+    mod.set_device(f"{VENDOR}:1")
+    assert mod.current_device() == 1 and torch.zeros(1, device=VENDOR).device == D1
+    mod.set_device(0)
+    try:
+        torch.ones(1, device=torch.device(VENDOR, mod.device_count()))
+    except Exception as exc:
+        assert "Invalid device index" in str(exc) or "invalid device" in str(exc).lower(), exc
+    else:
+        raise AssertionError("a tensor on a device index beyond the count was created")
+
+
+@check
+def pinned_memory():
+    x = torch.randn(16)
+    p = x.pin_memory()
+    assert p.is_pinned() and not x.is_pinned()
+    y = p.to(D1, non_blocking=True)
+    assert torch.equal(y.cpu(), x)
+
+
+@check
+def second_vendor_refused():
+    for other in OTHERS:
+        try:
+            importlib.import_module(f"torch_{other}")
+        except ImportError as exc:
+            assert "one accelerator vendor package" in str(exc).lower() or "only one" in str(exc).lower(), exc
+        else:
+            raise AssertionError(f"torch_{other} imported after torch_{VENDOR}")
+
+
+def main():
+    report = {}
+    for fn in CHECKS:
+        start = time.monotonic()
+        try:
+            fn()
+            report[fn.__name__] = "ok"
+        except BaseException:
+            report[fn.__name__] = traceback.format_exc()
+        print(f"{fn.__name__}: {'ok' if report[fn.__name__] == 'ok' else 'FAILED'} "
+              f"({time.monotonic() - start:.2f}s)", flush=True)
+        if report[fn.__name__] != "ok":
+            print(report[fn.__name__], flush=True)
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
