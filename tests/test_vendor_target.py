@@ -1,0 +1,33 @@
+"""The vendor targets against the stand-ins (tests/vendors), one process each."""
+
+import os
+
+import pytest
+
+from conftest import SCRIPTS, VENDORS, clean_env, python
+
+
+@pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
+def test_cuda_namespace_maps_to_the_vendor(vendor):
+    env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
+    proc = python(os.path.join(SCRIPTS, "vendor_probe.py"), env=env, timeout=600)
+    assert "PROBE OK" in proc.stdout
+
+
+def test_auto_picks_an_importable_vendor_with_devices():
+    code = "import torch; print(torch.cuda.is_available(), torch.ones(1).cuda().device)"
+    env = clean_env(TRANSFER_DEVICE="auto", PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
+    # All three stand-ins are importable here; auto takes the first in the profile table.
+    assert python("-c", code, env=env, timeout=600).stdout.split() == ["True", "npu:0"]
+
+
+def test_auto_prefers_the_vendor_already_imported():
+    code = "import torch, torch_gcu, transfer; transfer.install(); print(torch.ones(1).cuda().device)"
+    env = clean_env(PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
+    assert python("-c", code, env=env, timeout=600).stdout.strip() == "gcu:0"
+
+
+def test_vendor_with_zero_devices_is_a_clear_error():
+    env = clean_env(TRANSFER_DEVICE="gcu", PYTHONPATH=VENDORS, SIM_ACCEL_DEVICE_COUNT=0)
+    proc = python("-c", "import torch", env=env, check=False, timeout=600)
+    assert proc.returncode != 0 and "reports no gcu device" in proc.stderr, proc.stderr
