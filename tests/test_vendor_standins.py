@@ -1,0 +1,336 @@
+"""Tests of the CPU-backed vendor stand-ins in tests/vendors.
+
+torch_npu (npu/hccl), torch_sdaa (sdaa/tccl) and torch_gcu (gcu/eccl) are
+simulated on the CPU so that the rest of the test suite can run unmodified
+CUDA scripts "on" those accelerators. Importing a stand-in renames torch's
+PrivateUse1 backend for the whole process, so every check here runs in a
+subprocess (``sys.executable``, ``PYTHONPATH`` with tests/vendors, a timeout,
+the log shown on failure); pytest's own process never imports one.
+
+The C++ extension is built once (session fixture ``extension``) into the
+shared cache and reused by every subprocess.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VENDORS_DIR = os.path.join(HERE, "vendors")
+SCRIPTS = os.path.join(HERE, "scripts", "standins")
+BACKENDS = {"npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
+VENDORS = list(BACKENDS)
+
+BUILD_TIMEOUT = 900
+RUN_TIMEOUT = 300
+
+DEVICE_CHECKS = [
+    "distributed_single_rank",
+    "registration",
+    "tensors_on_index_1_and_3",
+    "printing",
+    "save_and_load",
+    "training_matches_cpu",
+    "dropout_and_rng_use_device_generator",
+    "autocast_on_device",
+    "events_and_streams",
+    "memory_statistics",
+    "device_module_api",
+    "pinned_memory",
+    "second_vendor_refused",
+]
+
+
+# ---------------------------------------------------------------- helpers
+
+def child_env(**extra) -> dict:
+    """Environment for a child: stand-ins importable, nothing inherited that
+    would change what they do."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRANSFER_", "_TRANSFER", "SIM_ACCEL_STATS_DIR", "SIM_ACCEL_DEVICE_COUNT"))
+    }
+    paths = [VENDORS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def log_of(proc) -> str:
+    out = proc.stdout if isinstance(proc.stdout, str) else (proc.stdout or b"").decode(errors="replace")
+    err = proc.stderr if isinstance(proc.stderr, str) else (proc.stderr or b"").decode(errors="replace")
+    return f"--- stdout ---\n{out}\n--- stderr ---\n{err}"
+
+
+def run(args, *, env=None, timeout=RUN_TIMEOUT, expect_rc=0, what=None):
+    """Run a child process with a timeout; fail with its log unless rc matches."""
+    what = what or " ".join(os.path.basename(str(a)) for a in args[:4])
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            args, env=env or child_env(), cwd=HERE, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{what}: no exit after {timeout}s\n{log_of(exc)}")
+    proc.seconds = time.monotonic() - start
+    if expect_rc is not None and proc.returncode != expect_rc:
+        pytest.fail(f"{what}: exit code {proc.returncode}, expected {expect_rc}\n{log_of(proc)}")
+    return proc
+
+
+def torchrun(script, *script_args, nproc=2, env=None, timeout=RUN_TIMEOUT, expect_rc=0):
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            os.path.join(SCRIPTS, script), *map(str, script_args)]
+    return run(args, env=env, timeout=timeout, expect_rc=expect_rc, what=f"torchrun {script} {script_args}")
+
+
+# --------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="session")
+def extension():
+    """Build (or find in the cache) the C++ extension once per session.
+
+    A failed build fails every test that depends on it (never a skip).
+    """
+    code = (
+        "import json, time; start = time.monotonic(); import torch; t0 = time.monotonic()\n"
+        "import _sim_accel._build as b\n"
+        "mod = b.load_extension()\n"
+        "print('BUILD ' + json.dumps({'module': mod.__file__, 'seconds': time.monotonic() - t0,"
+        " 'cache': str(b.cache_root())}))\n"
+    )
+    proc = run([sys.executable, "-c", code], timeout=BUILD_TIMEOUT, what="building the sim_accel extension")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("BUILD "))
+    info = json.loads(line[len("BUILD "):])
+    print(f"\nsim_accel extension: {info['module']} (load/build {info['seconds']:.1f}s)")
+    return info
+
+
+@pytest.fixture(scope="session")
+def device_reports(extension):
+    """device_checks.py run once per vendor (the three concurrently)."""
+
+    def one(vendor):
+        args = [sys.executable, os.path.join(SCRIPTS, "device_checks.py"), vendor]
+        try:
+            proc = subprocess.run(args, env=child_env(), cwd=HERE, capture_output=True, text=True,
+                                  timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            return None, f"device_checks.py {vendor}: no exit after {RUN_TIMEOUT}s\n{log_of(exc)}"
+        report = None
+        for line in proc.stdout.splitlines():
+            if line.startswith("REPORT "):
+                report = json.loads(line[len("REPORT "):])
+        if proc.returncode != 0 or report is None:
+            return None, f"device_checks.py {vendor}: exit code {proc.returncode}\n{log_of(proc)}"
+        return report, log_of(proc)
+
+    with ThreadPoolExecutor(max_workers=len(VENDORS)) as pool:
+        results = dict(zip(VENDORS, pool.map(one, VENDORS)))
+    return results
+
+
+_ddp_cache: dict = {}
+
+
+@pytest.fixture(scope="module")
+def ddp_run(request, extension, tmp_path_factory):
+    """One 2-rank DDP + SyncBatchNorm run per vendor (cached for the module)."""
+
+    def get(vendor):
+        if vendor not in _ddp_cache:
+            out = tmp_path_factory.mktemp(f"ddp_{vendor}")
+            stats = out / "stats"
+            stats.mkdir()
+            proc = torchrun("ddp_syncbn.py", vendor, out, env=child_env(SIM_ACCEL_STATS_DIR=stats))
+            _ddp_cache[vendor] = (out, stats, proc)
+        return _ddp_cache[vendor]
+
+    return get
+
+
+# ------------------------------------------------------------------ tests
+
+def test_extension_builds_and_loads(extension):
+    assert os.path.exists(extension["module"])
+
+
+@pytest.mark.parametrize("check", DEVICE_CHECKS)
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_device(device_reports, vendor, check):
+    report, log = device_reports[vendor]
+    if report is None:
+        pytest.fail(log)
+    assert check in report, f"check {check} did not run\n{log}"
+    if report[check] != "ok":
+        pytest.fail(f"{vendor}/{check} failed:\n{report[check]}\n{log}")
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_ddp_syncbn_matches_single_process_cpu(ddp_run, vendor):
+    import torch
+
+    sys.path.insert(0, SCRIPTS)
+    try:
+        import ddp_syncbn
+    finally:
+        sys.path.remove(SCRIPTS)
+    out, _, proc = ddp_run(vendor)
+    for rank in (0, 1):
+        info = json.loads((out / f"rank{rank}.json").read_text())
+        assert info["device"] == info["param_device"] == f"{vendor}:{rank}", info
+    got = torch.load(out / "state.pt")
+    ref = ddp_syncbn.reference_state()
+    assert set(got) == set(ref)
+    assert any("running_mean" in k for k in ref) and any("running_var" in k for k in ref)
+    for key, expected in ref.items():
+        actual = got[key]
+        assert actual.device.type == "cpu" and actual.dtype == expected.dtype, key
+        if expected.is_floating_point():
+            diff = (actual.double() - expected.double()).abs().max().item()
+            assert diff <= 1e-5, f"{key}: max abs diff {diff}\n{log_of(proc)}"
+        else:
+            assert torch.equal(actual, expected), key
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_stats_files_prove_vendor_backend_and_device(ddp_run, vendor):
+    out, stats, proc = ddp_run(vendor)
+    files = sorted(glob.glob(str(stats / f"{vendor}-*.json")))
+    assert len(files) == 2, f"expected one stats file per rank, got {files}\n{log_of(proc)}"
+    by_pid = {int(os.path.basename(f)[len(vendor) + 1:-5]): json.loads(open(f).read()) for f in files}
+    for rank in (0, 1):
+        pid = json.loads((out / f"rank{rank}.json").read_text())["pid"]
+        data = by_pid[pid]
+        assert data["vendor"] == vendor and data["backend"] == BACKENDS[vendor], data
+        counts = data["collectives"]
+        assert counts and counts.get("allreduce", 0) > 0, data  # DDP buckets, SyncBN backward
+        assert counts.get("all_gather_single", 0) >= 6, data  # SyncBN forward: 2 layers x 3 steps
+        assert counts.get("broadcast", 0) > 0, data  # DDP's initial state sync
+        assert data["device_indices"] == [rank], data
+
+
+def test_tccl_refuses_init_before_set_device(extension):
+    code = (
+        "import torch, torch.distributed as dist, torch_sdaa\n"
+        "try:\n"
+        "    dist.init_process_group('tccl', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "except RuntimeError as exc:\n"
+        "    print('REFUSED', exc)\n"
+        "else:\n"
+        "    raise SystemExit('tccl accepted init_process_group before set_device')\n"
+        "torch.sdaa.set_device(0)\n"
+        "dist.init_process_group('tccl', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "t = torch.ones(2, device='sdaa:0'); dist.all_reduce(t); assert t.tolist() == [1.0, 1.0]\n"
+        "dist.destroy_process_group(); print('AFTER_SET_DEVICE_OK')\n"
+    )
+    proc = run([sys.executable, "-c", code], what="tccl before set_device")
+    assert "set_device must be called before init_process_group with tccl" in proc.stdout, log_of(proc)
+    assert "AFTER_SET_DEVICE_OK" in proc.stdout, log_of(proc)
+
+
+def test_tccl_refuses_two_ranks_on_one_device(extension):
+    proc = torchrun("tccl_same_device.py")
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("QUIRK_ERROR")]
+    assert len(errors) == 2, log_of(proc)
+    for line in errors:
+        assert "both use device sdaa:0" in line and "one process per device" in line, line
+
+
+@pytest.mark.parametrize("vendor", ["npu", "gcu"])
+def test_hccl_and_eccl_have_no_tccl_quirks(extension, vendor):
+    code = (
+        f"import torch, torch.distributed as dist, torch_{vendor}\n"
+        f"dist.init_process_group('{BACKENDS[vendor]}', store=dist.HashStore(), rank=0, world_size=1)\n"
+        f"t = torch.ones(2, device='{vendor}:1'); dist.all_reduce(t); print('OK', t.tolist())\n"
+        "dist.destroy_process_group()\n"
+    )
+    proc = run([sys.executable, "-c", code], what=f"{vendor} init without set_device")
+    assert "OK [1.0, 1.0]" in proc.stdout, log_of(proc)
+
+
+def test_device_count_from_environment(extension):
+    code = (
+        "import torch, torch_gcu\n"
+        "assert torch.gcu.device_count() == 2, torch.gcu.device_count()\n"
+        "torch.ones(1, device='gcu:1')\n"
+        "try:\n"
+        "    torch.ones(1, device='gcu:2')\n"
+        "except Exception as exc:\n"
+        "    print('REFUSED', type(exc).__name__)\n"
+    )
+    proc = run([sys.executable, "-c", code], env=child_env(SIM_ACCEL_DEVICE_COUNT=2), what="device count 2")
+    assert "REFUSED" in proc.stdout, log_of(proc)
+
+
+def test_failed_build_is_a_loud_import_error(extension, tmp_path):
+    # Empty build cache and no compiler/ninja on PATH: importing must raise
+    # ImportError naming the problem (tests relying on it then fail, not skip).
+    code = (
+        "try:\n"
+        "    import torch_npu\n"
+        "except ImportError as exc:\n"
+        "    print('IMPORT_ERROR', exc)\n"
+        "else:\n"
+        "    raise SystemExit('imported without a build')\n"
+    )
+    env = child_env(SIM_ACCEL_BUILD_DIR=tmp_path / "empty-cache", PATH=str(tmp_path / "no-bin"))
+    proc = run([sys.executable, "-c", code], env=env, what="import with no toolchain")
+    assert "IMPORT_ERROR simulated accelerator: building the C++ extension failed" in proc.stdout, log_of(proc)
+
+
+EXIT_RUNS = 12
+
+
+def test_clean_exit_after_backward_repeated(extension):
+    """A script that ends right after backward on <vendor>:1 exits 0, every time.
+
+    Without the drain in _sim_accel/_exit.py about a third of such runs abort
+    with 'terminate called without an active exception' (rc 134).
+    """
+    script = os.path.join(SCRIPTS, "train_then_exit.py")
+    vendors = [VENDORS[i % len(VENDORS)] for i in range(EXIT_RUNS)]
+
+    def one(vendor):
+        try:
+            return vendor, subprocess.run([sys.executable, script, vendor], env=child_env(), cwd=HERE,
+                                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            return vendor, exc
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(one, vendors))
+    bad = []
+    for i, (vendor, proc) in enumerate(results):
+        if isinstance(proc, subprocess.TimeoutExpired):
+            bad.append(f"run {i} ({vendor}): hung\n{log_of(proc)}")
+        elif proc.returncode != 0 or "terminate called" in proc.stderr:
+            bad.append(f"run {i} ({vendor}): rc {proc.returncode}\n{log_of(proc)}")
+    assert not bad, f"{len(bad)}/{EXIT_RUNS} runs did not exit cleanly:\n" + "\n".join(bad)
+
+
+def test_exit_code_atexit_and_stats_preserved(extension, tmp_path):
+    code = (
+        "import atexit, sys, torch, torch_npu\n"
+        "atexit.register(lambda: print('USER_ATEXIT', flush=True))\n"
+        "x = torch.randn(3, device='npu:2', requires_grad=True)\n"
+        "(x * 2).sum().backward()\n"
+        "sys.exit(7)\n"
+    )
+    proc = run([sys.executable, "-c", code], env=child_env(SIM_ACCEL_STATS_DIR=tmp_path), expect_rc=7,
+               what="sys.exit(7) after backward")
+    assert "USER_ATEXIT" in proc.stdout and "terminate called" not in proc.stderr, log_of(proc)
+    (stats,) = glob.glob(str(tmp_path / "npu-*.json"))
+    data = json.loads(open(stats).read())
+    assert data == {"vendor": "npu", "backend": "hccl", "collectives": {}, "device_indices": [2]}, data
