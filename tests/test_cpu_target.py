@@ -201,3 +201,20 @@ def test_file_paths_are_never_rewritten(cpu_target, tmp_path):
     assert torch.ones(1).to("cuda").device.type == "cpu"
     with pytest.raises(RuntimeError):
         torch.ones(1).to("cuda_model.pt")  # not a device: torch's own error, untouched
+
+
+def test_torch_compile_default_backend_trains(cpu_target):
+    """Inductor reads torch.cuda.get_device_properties(); the cpu answer must satisfy it."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1)).cuda()
+    reference = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(4, 8, device="cuda")
+    compiled(x).sum().backward()
+    reference(x).sum().backward()
+    for got, want in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(got.grad, want.grad, atol=1e-6)

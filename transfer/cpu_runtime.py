@@ -101,12 +101,27 @@ def get_device_name(device: Any = None) -> str:
 
 
 class DeviceProperties(NamedTuple):
+    """Every field torch's own _CudaDeviceProperties has, so any reader finds its field."""
+
     name: str
     total_memory: int
     multi_processor_count: int
     major: int = 0
     minor: int = 0
     is_integrated: bool = True
+    is_multi_gpu_board: bool = False
+    uuid: str = "cpu"
+    L2_cache_size: int = 0
+    gcnArchName: str = "cpu"  # read by torch._inductor's cache key when torch.version.cuda is None
+    warp_size: int = 1
+    max_threads_per_multi_processor: int = 1
+    regs_per_multiprocessor: int = 0
+    shared_memory_per_block: int = 0
+    shared_memory_per_multiprocessor: int = 0
+    shared_memory_per_block_optin: int = 0
+    clock_rate: int = 0
+    memory_clock_rate: int = 0
+    memory_bus_width: int = 0
 
 
 def _total_memory() -> int:
