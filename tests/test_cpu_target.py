@@ -218,3 +218,24 @@ def test_torch_compile_default_backend_trains(cpu_target):
     reference(x).sum().backward()
     for got, want in zip(model.parameters(), reference.parameters()):
         assert torch.allclose(got.grad, want.grad, atol=1e-6)
+
+
+def test_torch_asking_for_the_capability_itself_is_silent(cpu_target, caplog, tmp_path):
+    """dist.broadcast calls torch.cuda.get_device_capability(t.device) for every tensor whose
+    is_cuda is True; that is torch's call, not the user's: no placeholder warning for it."""
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="transfer"):
+            dist.broadcast(torch.ones(2, device="cuda"), src=0)
+            objects = [{"lr": 0.1}]
+            dist.broadcast_object_list(objects, src=0)
+        assert objects == [{"lr": 0.1}]
+        assert not [r for r in caplog.records if "get_device_capability" in r.getMessage()]
+        with caplog.at_level(logging.WARNING, logger="transfer"):
+            assert torch.cuda.get_device_capability() == (0, 0)
+            assert torch.cuda.get_device_capability("cuda:0") == (0, 0)
+        assert sum("get_device_capability" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        dist.destroy_process_group()

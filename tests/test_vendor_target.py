@@ -31,3 +31,24 @@ def test_vendor_with_zero_devices_is_a_clear_error():
     env = clean_env(TRANSFER_DEVICE="gcu", PYTHONPATH=VENDORS, SIM_ACCEL_DEVICE_COUNT=0)
     proc = python("-c", "import torch", env=env, check=False, timeout=600)
     assert proc.returncode != 0 and "reports no gcu device" in proc.stderr, proc.stderr
+
+
+CAPABILITY_PROBE = """
+import torch, torch.distributed as dist
+dist.init_process_group("nccl", init_method="file://{store}", rank=0, world_size=1)
+dist.broadcast(torch.ones(2, device="cuda"), src=0)  # torch asks get_device_capability itself
+objects = [{{"lr": 0.1}}]
+dist.broadcast_object_list(objects, src=0)
+assert objects == [{{"lr": 0.1}}], objects
+print("capability", tuple(torch.cuda.get_device_capability()))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("vendor, capability", [("npu", "(0, 0)"), ("sdaa", "(0, 0)"), ("gcu", "(3, 0)")])
+def test_broadcast_works_whatever_the_vendor_says_about_capability(vendor, capability, tmp_path):
+    """torch_sdaa has no get_device_capability, torch_npu answers None: torch's own
+    dist.broadcast (and broadcast_object_list) must still work, and the user gets a tuple."""
+    env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
+    proc = python("-c", CAPABILITY_PROBE.format(store=tmp_path / "store"), env=env, timeout=600)
+    assert f"capability {capability}" in proc.stdout, proc.stdout + proc.stderr

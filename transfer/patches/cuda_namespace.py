@@ -13,12 +13,16 @@ safe default for the CUDA-only helpers torch itself calls once
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 import types
 from typing import Any, Callable, Optional
 
 import torch
 
 from ..errors import UnsupportedCudaAPI
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 # Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
 # works through the torch.amp patches, nvtx is handled below.
@@ -69,7 +73,9 @@ def apply(ctx) -> None:
     for name in names:
         original = getattr(cuda, name, None)
         impl = getattr(ctx.runtime, name, None)
-        if impl is not None:
+        if name == "get_device_capability":
+            impl = _capability(ctx, original, impl, target_name, placeholder=name in placeholders)
+        elif impl is not None:
             impl = _translating(ctx, name, original, impl)
             if name in placeholders:
                 impl = _warning(ctx, name, impl, f"torch.cuda.{name} has no real value on the cpu target; "
@@ -147,14 +153,44 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
     return with_device
 
 
+def _called_by_torch() -> bool:
+    """True when the caller of the patched function is torch's own code."""
+    return sys._getframe(2).f_code.co_filename.startswith(_TORCH_DIR)
+
+
 def _warning(ctx, name: str, impl: Callable, message: str) -> Callable:
     def warned(*args, **kwargs):
-        ctx.warn_once(name, message)
+        if not _called_by_torch():  # torch asking for itself is not the user's call to warn about
+            ctx.warn_once(name, message)
         return impl(*args, **kwargs)
 
     warned.__name__ = name
     warned.__wrapped__ = impl
     return warned
+
+
+def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bool) -> Callable:
+    """torch.cuda.get_device_capability: always a (major, minor) tuple.
+
+    torch calls it on itself for every tensor whose ``is_cuda`` is True (since
+    2.x ``dist.broadcast`` checks ``get_device_capability(t.device)[0] >= 9``
+    for its fp8 path), so on a target without it (torch_sdaa) or where it
+    answers None (torch_npu without TORCH_NPU_DEVICE_CAPABILITY) it returns
+    (0, 0): no CUDA compute capability. A user's call warns once; torch's is silent.
+    """
+    native = None if impl is None else _translating(ctx, "get_device_capability", original, impl)
+    message = f"torch.cuda.get_device_capability has no real value on {target_name}; it returns (0, 0)"
+
+    def get_device_capability(device=None):
+        value = None if native is None else native(device)
+        if value is None or placeholder:
+            if not _called_by_torch():
+                ctx.warn_once("get_device_capability", message)
+            return (0, 0) if value is None else tuple(value)
+        return tuple(value)
+
+    get_device_capability.__wrapped__ = impl
+    return get_device_capability
 
 
 def _noop(ctx, name: str, value: Any, target_name: str) -> Callable:
