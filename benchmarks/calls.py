@@ -1,0 +1,235 @@
+"""Per-call cost of the hot calls: the CUDA spelling under the shim vs. the hand port.
+
+One child process per target (the cpu target, then each vendor stand-in: one
+PrivateUse1 backend per process). Inside it every row is timed as a pair of
+timeit samples, the hand port with `transfer` uninstalled and the CUDA spelling
+with it installed, alternating which goes first; `transfer.install` /
+`transfer.uninstall` run between samples, outside the timed loops. A sample is
+``number`` calls of the statement in timeit's inner loop (the statement's
+names are locals of the timing function, as in a training loop); the cost of
+the empty loop, measured alongside, is subtracted from both before the ratio
+is taken. The result is the median of the per-repeat ratios and their spread.
+
+Hand ports (what the "native" column runs):
+
+============================  ======================================  ===========================
+CUDA call (shim)              vendor hand port                        cpu hand port
+============================  ======================================  ===========================
+x.cuda()                      x.to('<v>:0')                           x.cpu()  (x.to('cpu') is
+                                                                      also shown: it is slower)
+x.to('cuda', non_blocking=1)  x.to('<v>', non_blocking=True)          x.to('cpu', non_blocking=True)
+x.to(cuda0)                   x.to(torch.device('<v>', 0))            x.to(torch.device('cpu'))
+torch.zeros(4, device='cuda') torch.zeros(4, device='<v>')            device='cpu'
+torch.randn(4,4,device=cuda)  device='<v>'                            device='cpu'
+x.is_cuda                     x.is_<v>                                x.is_cpu
+torch.cuda.is_available()     torch.<v>.is_available()                torch.cpu.is_available()
+torch.cuda.current_device()   torch.<v>.current_device()              torch.cpu.current_device()
+untouched calls               the same call                           the same call
+============================  ======================================  ===========================
+
+x lives on the target device (for the cpu target, on the CPU), so `.to`-style
+calls are the no-op move that shows the wrapper's cost most plainly; the
+vendor rows add ``h.cuda()`` for a host tensor `h`, the copy a training loop
+makes for each batch. Two "info" rows carry no target: ``x.cuda()`` against
+``x.to('cpu')`` (the other cpu hand port), and the floor: a one-line Python
+function calling the C ``Tensor.to`` against ``x.to(dev)``, i.e. what any
+Python-level wrapper costs on the machine at hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+import timeit
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from . import _common as C
+
+#: Samples per row and seconds per sample.
+FULL = {"repeats": 41, "sample_s": 0.010}
+QUICK = {"repeats": 5, "sample_s": 0.0015}
+
+
+@dataclass
+class Row:
+    call: str  # the CUDA spelling, as the report shows it
+    kind: str  # translated | getter | untouched | info
+    shim: str  # statement run with transfer installed
+    native: str  # hand port, run with transfer uninstalled
+
+    @property
+    def target(self) -> Optional[float]:
+        return {"translated": C.TARGET_TRANSLATED, "getter": C.TARGET_GETTER,
+                "untouched": C.TARGET_UNTOUCHED}.get(self.kind)
+
+
+def rows_for(target: str) -> List[Row]:
+    cpu = target == "cpu"
+    v = target
+    rows = [
+        Row("x.cuda()", "translated", "x.cuda()", "x.cpu()" if cpu else f"x.to('{v}:0')"),
+        Row("x.to('cuda', non_blocking=True)", "translated", "x.to('cuda', non_blocking=True)",
+            f"x.to('{v}', non_blocking=True)"),
+        Row("x.to(device) [torch.device('cuda',0)]", "translated", "x.to(cuda0)", "x.to(dev0)"),
+        Row("torch.zeros(4, device='cuda')", "translated", "torch.zeros(4, device='cuda')",
+            f"torch.zeros(4, device='{v}')"),
+        Row("torch.randn(4, 4, device='cuda')", "translated", "torch.randn(4, 4, device='cuda')",
+            f"torch.randn(4, 4, device='{v}')"),
+        Row("x.is_cuda", "getter", "x.is_cuda", f"x.is_{v}"),
+        Row("torch.cuda.is_available()", "translated", "torch.cuda.is_available()", f"torch.{v}.is_available()"),
+        Row("torch.cuda.current_device()", "translated", "torch.cuda.current_device()",
+            f"torch.{v}.current_device()"),
+        Row("x.to(torch.float16)", "untouched", "x.to(torch.float16)", "x.to(torch.float16)"),
+        Row("torch.zeros(4)", "untouched", "torch.zeros(4)", "torch.zeros(4)"),
+        Row("model.to(torch.bfloat16)", "untouched", "model.to(torch.bfloat16)", "model.to(torch.bfloat16)"),
+    ]
+    if cpu:
+        rows.append(Row("x.cuda() vs x.to('cpu')", "info", "x.cuda()", "x.to('cpu')"))
+    else:
+        rows.append(Row("h.cuda() (host tensor)", "translated", "h.cuda()", f"h.to('{v}:0')"))
+    # The cost of any Python layer: the least a wrapper around x.to(device) can add.
+    rows.append(Row("floor: Python wrapper of x.to(dev)", "info", "floor(x, dev0)", "x.to(dev0)"))
+    return rows
+
+
+def _namespace(target: str) -> Dict[str, Any]:
+    import torch
+
+    dev0 = torch.device("cpu") if target == "cpu" else torch.device(target, 0)
+    h = torch.randn(4)
+    x = h.to(dev0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(dev0)
+    model.to(torch.bfloat16)
+    native_to = torch._C.TensorBase.to
+
+    def floor(tensor, device):
+        return native_to(tensor, device)
+
+    return {"torch": torch, "_x": x, "_h": h, "_model": model, "_dev0": dev0,
+            "_cuda0": torch.device("cuda", 0), "floor": floor}
+
+
+SETUP = "x = _x; h = _h; model = _model; dev0 = _dev0; cuda0 = _cuda0"
+
+
+class Toggle:
+    """transfer on/off for `target`, switching only when asked for the other state."""
+
+    def __init__(self, target: str):
+        import transfer
+
+        self.transfer, self.target, self.on = transfer, target, False
+
+    def set(self, on: bool) -> None:
+        if on and not self.on:
+            self.transfer.install(self.target)
+        elif not on and self.on:
+            self.transfer.uninstall()
+        self.on = on
+
+
+def _calibrate(timer: timeit.Timer, sample_s: float) -> int:
+    number = 50
+    while True:
+        took = timer.timeit(number)
+        if took >= sample_s / 4 or number >= 200000:
+            break
+        number *= 4
+    per_call = took / number
+    return int(min(200000, max(1000, sample_s / max(per_call, 1e-9))))
+
+
+def measure_target(target: str, quick: bool) -> Dict[str, Any]:
+    """Run in the target's own process: every row, interleaved."""
+    cfg = QUICK if quick else FULL
+    reason = C.import_vendor(target)
+    if reason:
+        return C.unavailable(reason)
+    import torch
+
+    import transfer
+
+    torch.set_num_threads(1)
+    toggle = Toggle(target)
+    # Sanity: the shim really translates, and uninstall really restores.
+    toggle.set(True)
+    translated = torch.zeros(1, device="cuda").device.type
+    toggle.set(False)
+    if translated != target:
+        return {"status": f"error: torch.zeros(device='cuda') went to {translated}, not {target}"}
+    ns = _namespace(target)
+    rows = rows_for(target)
+    timers = [(timeit.Timer(r.native, SETUP, globals=ns), timeit.Timer(r.shim, SETUP, globals=ns)) for r in rows]
+    empty = timeit.Timer("pass", SETUP, globals=ns)
+    numbers = []
+    for i, (native_timer, shim_timer) in enumerate(timers):
+        toggle.set(False)
+        numbers.append(_calibrate(native_timer, cfg["sample_s"]))
+    samples: List[Dict[str, List[float]]] = [{"native": [], "shim": []} for _ in rows]
+    loop: List[float] = []
+    gc.collect()
+    started = time.perf_counter()
+    for rep in range(cfg["repeats"]):
+        loop.append(empty.timeit(100000) / 100000)
+        for i, (native_timer, shim_timer) in enumerate(timers):
+            order = (("native", False, native_timer), ("shim", True, shim_timer))
+            if (rep + i) % 2:
+                order = order[::-1]
+            for side, on, timer in order:
+                toggle.set(on)
+                timer.timeit(max(20, numbers[i] // 20))  # warm: translation caches, allocator
+                samples[i][side].append(timer.timeit(numbers[i]) / numbers[i])
+    toggle.set(False)
+    elapsed = time.perf_counter() - started
+    loop_s = statistics.median(loop)
+    out_rows = []
+    for row, number, sample in zip(rows, numbers, samples):
+        native = [max(t - loop_s, 1e-12) for t in sample["native"]]
+        shim = [max(t - loop_s, 1e-12) for t in sample["shim"]]
+        ratios = [s / n for s, n in zip(shim, native)]
+        record = C.ratio_record(shim, native, ratios, row.target, unit_scale=1e9)
+        record.update(call=row.call, kind=row.kind, shim_stmt=row.shim, native_stmt=row.native, number=number,
+                      unit="ns")
+        out_rows.append(record)
+    transfer.install(target)
+    patches = len(transfer.status().get("patches", []))
+    transfer.uninstall()
+    return {"status": "ok", "target": target, "rows": out_rows, "loop_ns": loop_s * 1e9, "patches": patches,
+            "repeats": cfg["repeats"], "measure_s": elapsed, "torch": torch.__version__}
+
+
+def measure(targets, quick: bool, log=print) -> Dict[str, Any]:
+    """Parent side: one child per target."""
+    results = {}
+    for target in targets:
+        log(f"  calls: {target} ...")
+        results[target] = C.run_child("calls", ["--target", target] + (["--quick"] if quick else []),
+                                      timeout=600 if quick else 1800)
+    return {"targets": results, "method": "timeit inner loops, native/shim samples alternated per row, "
+            "empty-loop cost subtracted; ratio = shim / native per repeat"}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.calls")
+    parser.add_argument("--target", required=True, choices=C.TARGETS)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args(argv)
+    try:
+        result = measure_target(args.target, args.quick)
+    except Exception as exc:  # report, don't hide
+        import traceback
+
+        result = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    C.write_json(args.json, result)
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown (vendor stand-ins may abort there, see FACTS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""torch.compile under the shim: graph breaks, fullgraph=True, and eager/compiled agreement.
+
+In a child process for the target (the cpu target, as the issue asks; vendor
+stand-ins are measured too when they import, for information):
+
+* ``torch._dynamo.explain`` on `cuda_fn` (every translated call: ``x.cuda()``,
+  ``x.to('cuda', non_blocking=True)``, ``x.to(torch.device('cuda', 0))``,
+  ``torch.zeros/randn(device='cuda')``, ``x.is_cuda``,
+  ``torch.cuda.is_available()``, ``torch.cuda.current_device()``) with the
+  shim installed, and on its hand port `port_fn` with the shim uninstalled.
+  Graph breaks caused by the shim = breaks(shim) - breaks(hand port). The
+  cpu hand port writes ``True`` / ``0`` for ``is_available()`` /
+  ``current_device()`` (a CPU is always there): ``torch.cpu.is_available()``
+  is itself a graph break ("torch.* op returned non-Tensor").
+* ``torch.compile(fn, fullgraph=True)`` with the ``eager`` backend (dynamo's
+  tracing alone: what graph breaks are about) and with the default
+  ``inductor`` backend (the whole stack), shim and hand port.
+* Agreement: small functions that branch on a translated value, run eagerly
+  and compiled under the shim; a compiled result that differs from the eager
+  one means dynamo evaluated the CUDA spelling without the translation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any, Dict
+
+from . import _common as C
+
+
+def _functions(target: str):
+    import torch
+
+    cuda0 = torch.device("cuda", 0)
+    dev = torch.device("cpu") if target == "cpu" else torch.device(target, 0)
+    dev_type = dev.type
+    native_module = torch.cpu if target == "cpu" else getattr(torch, target)
+    getter = f"is_{dev_type}"
+
+    def cuda_fn(x):
+        a = x.cuda()
+        b = x.to("cuda", non_blocking=True)
+        c = x.to(cuda0)
+        z = torch.zeros(4, device="cuda")
+        r = torch.randn(4, device="cuda")
+        s = a + b + c + z + r * 0
+        if x.is_cuda and torch.cuda.is_available():
+            s = s * 2
+        return s + torch.cuda.current_device()
+
+    def port_fn(x):
+        a = x.to(dev)
+        b = x.to(dev_type, non_blocking=True)
+        c = x.to(dev)
+        z = torch.zeros(4, device=dev_type)
+        r = torch.randn(4, device=dev_type)
+        s = a + b + c + z + r * 0
+        if getattr(x, getter) and (target == "cpu" or native_module.is_available()):
+            s = s * 2
+        return s + (0 if target == "cpu" else native_module.current_device())
+
+    def branch_is_cuda(x):
+        return x * 2 if x.is_cuda else x
+
+    def branch_is_available(x):
+        return x * 2 if torch.cuda.is_available() else x
+
+    def branch_device_of_cuda(x):
+        return x * 2 if x.cuda().device == x.device else x
+
+    def add_current_device(x):
+        return x + 1 + torch.cuda.current_device()
+
+    checks = {"x.is_cuda": branch_is_cuda, "torch.cuda.is_available()": branch_is_available,
+              "x.cuda().device == x.device": branch_device_of_cuda,
+              "torch.cuda.current_device()": add_current_device}
+    return cuda_fn, port_fn, checks, dev
+
+
+def _explain(fn, x) -> Dict[str, Any]:
+    import torch
+
+    torch._dynamo.reset()
+    ex = torch._dynamo.explain(fn)(x)
+    reasons = [str(getattr(b, "reason", b)).strip().splitlines()[0][:300] for b in ex.break_reasons]
+    return {"graphs": ex.graph_count, "graph_breaks": len(ex.break_reasons), "ops": ex.op_count,
+            "break_reasons": reasons}
+
+
+def _fullgraph(fn, x, backend: str) -> Dict[str, Any]:
+    import torch
+
+    torch._dynamo.reset()
+    start = time.perf_counter()
+    try:
+        out = torch.compile(fn, fullgraph=True, backend=backend)(x)
+        ok, error = True, None
+    except Exception as exc:
+        out, ok = None, False
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        error = f"{type(exc).__name__}: " + " ".join(lines[:3])[:500]
+    result = {"compiles": ok, "seconds": time.perf_counter() - start, "error": error}
+    if ok:
+        result["matches_eager"] = bool(torch.equal(out, fn(x)))
+    return result
+
+
+def run_target(target: str, quick: bool) -> Dict[str, Any]:
+    reason = C.import_vendor(target)
+    if reason:
+        return C.unavailable(reason)
+    import torch
+
+    import transfer
+
+    torch.set_num_threads(1)
+    cuda_fn, port_fn, checks, dev = _functions(target)
+    torch.manual_seed(0)
+    x = torch.ones(4).to(dev)
+    out: Dict[str, Any] = {"status": "ok", "target": target}
+    backends = ["eager", "inductor"]
+    transfer.install(target)
+    try:
+        out["shim"] = {"explain": _explain(cuda_fn, x)}
+        for backend in backends:
+            out["shim"][f"fullgraph_{backend}"] = _fullgraph(cuda_fn, x, backend)
+        agreement = {}
+        for name, fn in checks.items():
+            torch._dynamo.reset()
+            eager = fn(x)
+            try:
+                compiled = torch.compile(fn, fullgraph=True, backend="eager")(x)
+                agreement[name] = {"eager": eager.tolist(), "compiled": compiled.tolist(),
+                                   "matches": bool(torch.equal(eager, compiled))}
+            except Exception as exc:
+                agreement[name] = {"eager": eager.tolist(), "compiled": None, "matches": False,
+                                   "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        out["shim"]["eager_vs_compiled"] = agreement
+    finally:
+        transfer.uninstall()
+    out["native"] = {"explain": _explain(port_fn, x)}
+    for backend in backends:
+        out["native"][f"fullgraph_{backend}"] = _fullgraph(port_fn, x, backend)
+    shim_breaks = out["shim"]["explain"]["graph_breaks"]
+    native_breaks = out["native"]["explain"]["graph_breaks"]
+    out["summary"] = {
+        "graph_breaks_shim": shim_breaks,
+        "graph_breaks_native": native_breaks,
+        "graph_breaks_caused_by_shim": shim_breaks - native_breaks,
+        "fullgraph_eager_compiles": out["shim"]["fullgraph_eager"]["compiles"],
+        "fullgraph_inductor_compiles": out["shim"]["fullgraph_inductor"]["compiles"],
+        "native_fullgraph_inductor_compiles": out["native"]["fullgraph_inductor"]["compiles"],
+        "eager_compiled_disagreements": sorted(n for n, a in agreement.items() if not a["matches"]),
+        "meets_target": bool(shim_breaks - native_breaks <= 0 and out["shim"]["fullgraph_eager"]["compiles"]
+                             and out["shim"]["fullgraph_inductor"]["compiles"]),
+    }
+    return out
+
+
+def measure(targets, quick: bool, log=print) -> Dict[str, Any]:
+    results = {}
+    for target in targets:
+        if quick and target != "cpu":
+            results[target] = {"status": "not measured with --quick: vendors are informational here, "
+                                         "measured in full runs"}
+            continue
+        log(f"  compile: {target} ...")
+        results[target] = C.run_child("compile", ["--target", target] + (["--quick"] if quick else []),
+                                      timeout=900)
+    return {"targets": results}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compile")
+    parser.add_argument("--target", default="cpu", choices=C.TARGETS)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args(argv)
+    try:
+        result = run_target(args.target, args.quick)
+    except Exception as exc:
+        import traceback
+
+        result = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    C.write_json(args.json, result)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
