@@ -20,8 +20,8 @@ from typing import Any, Dict, List
 
 from . import _common as C
 
-FULL = {"repeats": 7, "steps": 30}
-QUICK = {"repeats": 1, "steps": 5}
+FULL = {"repeats": 7, "repeats_vendor": 3, "steps": 30}
+QUICK = {"repeats": 1, "repeats_vendor": 1, "steps": 5}
 
 
 def _rss_mib() -> float:
@@ -73,7 +73,7 @@ def measure(targets, quick: bool, log=print) -> Dict[str, Any]:
         growth: Dict[str, List[float]] = {"shim": [], "native": []}
         ratios: List[float] = []
         status = "ok"
-        for rep in range(cfg["repeats"]):
+        for rep in range(cfg["repeats"] if target == "cpu" else cfg["repeats_vendor"]):
             order = ("native", "shim") if rep % 2 == 0 else ("shim", "native")
             got = {}
             for side in order:

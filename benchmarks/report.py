@@ -93,6 +93,9 @@ def table(results: Dict[str, Any]) -> str:
             if rec.get("no_pyc_median_ms") is not None:
                 lines.append(f"      without .pyc files (sources compiled on import): "
                              f"{_num(rec['no_pyc_median_ms'], '{:.1f}')} ms")
+            if rec.get("importtime"):
+                lines.append("      -X importtime (one run, cumulative/self ms): " + ", ".join(
+                    f"{r['module']} {r['cumulative_ms']:.1f}/{r['self_ms']:.1f}" for r in rec["importtime"][:7]))
         for key, title in (("python_pass", "python -c pass"), ("python_import_torch", "python -c 'import torch'"),
                            ("device_backends", "torch._import_device_backends()"),
                            ("autoload_reference", "import torch, AUTOLOAD=1 vs 0 (reference)")):
@@ -150,7 +153,33 @@ def table(results: Dict[str, Any]) -> str:
     misses = targets_missed(results)
     lines.append("")
     lines.append("Targets missed: " + ("none" if not misses else "; ".join(misses)))
+    notes = findings(results)
+    if notes:
+        lines.append("Other findings: " + "; ".join(notes))
     return "\n".join(lines)
+
+
+def findings(results: Dict[str, Any]) -> List[str]:
+    """What is wrong besides speed: compiled code disagreeing with eager, measurements that errored."""
+    notes = []
+    for target, res in results.get("compile", {}).get("targets", {}).items():
+        if C.is_ok(res):
+            for name in res["summary"]["eager_compiled_disagreements"]:
+                notes.append(f"compile[{target}]: compiled {name} differs from eager under the shim")
+    for family in ("calls", "training", "compile", "memory"):
+        for target, res in results.get(family, {}).get("targets", {}).items():
+            subs = {"": res}
+            if family == "training" and isinstance(res, dict) and "single" in res:
+                subs = {" single": res["single"], " ddp": res["ddp"]}
+            for label, sub in subs.items():
+                status = str(sub.get("status", "")) if isinstance(sub, dict) else ""
+                if status.startswith("error"):
+                    notes.append(f"{family}[{target}{label}]: {status[:200]}")
+    for family in ("startup",):
+        status = str(results.get(family, {}).get("status", "ok"))
+        if status.startswith("error"):
+            notes.append(f"{family}: {status[:200]}")
+    return notes
 
 
 def targets_missed(results: Dict[str, Any]) -> List[str]:

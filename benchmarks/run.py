@@ -162,6 +162,7 @@ def main(argv: List[str] = None) -> int:
     json_path = os.path.join(args.out, "results.json")
     png_path = os.path.join(args.out, "calls.png")
     results["meta"]["targets_missed"] = report.targets_missed(results)
+    results["meta"]["findings"] = report.findings(results)
     C.write_json(json_path, results)
     report.chart(results, png_path)
     print()

@@ -205,6 +205,29 @@ def _package_copies(root: str) -> Dict[str, str]:
     return copies
 
 
+def _importtime(env: Dict[str, str], cwd: str, top: int = 12) -> List[Dict[str, Any]]:
+    """``-X importtime`` of ``import transfer.auto`` after torch: the slowest modules (one run)."""
+    code = "import torch, sys; sys.stderr.write('@@mark\\n'); sys.stderr.flush(); import transfer.auto"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+    rows = []
+    seen = False
+    for line in proc.stderr.splitlines():
+        if line.startswith("@@mark"):
+            seen = True
+            continue
+        if not seen or not line.startswith("import time:") or "|" not in line:
+            continue
+        try:
+            self_us, cumulative_us, name = line[len("import time:"):].split("|")
+            self_us, cumulative_us = int(self_us), int(cumulative_us)
+        except ValueError:
+            continue
+        rows.append({"module": name.strip(), "self_ms": self_us / 1e3, "cumulative_ms": cumulative_us / 1e3})
+    rows.sort(key=lambda r: -r["cumulative_ms"])
+    return rows[:top]
+
+
 def measure_import_auto(targets, cfg, log=print) -> Dict[str, Any]:
     """``import transfer.auto`` after torch, from a byte-compiled copy of the package.
 
@@ -251,6 +274,10 @@ def measure_import_auto(targets, cfg, log=print) -> Dict[str, Any]:
                            "target_ms": C.TARGET_IMPORT_AUTO_MS,
                            "meets_target": bool(s["median"] < C.TARGET_IMPORT_AUTO_MS)}
             log(f"    import transfer.auto [{target}]: {s['median']:.1f} ms")
+            if target == "cpu":
+                env = C.child_env(PYTHONDONTWRITEBYTECODE=1)
+                env["PYTHONPATH"] = os.pathsep.join([copies["pyc"], env["PYTHONPATH"]])
+                out[target]["importtime"] = _importtime(env, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
