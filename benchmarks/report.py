@@ -270,3 +270,153 @@ def chart(results: Dict[str, Any], path: str) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    """The figures of a run as Markdown tables (for benchmarks/README.md)."""
+    meta = results.get("meta", {})
+    mach = meta.get("machine", {})
+    out: List[str] = []
+    out.append(f"Run: {meta.get('date')}, commit {meta.get('commit')}, {'quick' if meta.get('quick') else 'full'} "
+               f"run, {meta.get('seconds', 0) / 60:.0f} min. Machine: {mach.get('cpus')} CPUs "
+               f"({mach.get('cpu_model', mach.get('processor'))}), {mach.get('platform')}, Python "
+               f"{mach.get('python')}, torch {meta.get('torch')}; one intra-op thread per process; load "
+               f"average at start {', '.join(f'{v:.1f}' for v in mach.get('loadavg_at_start', []))}.")
+    for target, why in meta.get("unavailable", {}).items():
+        out.append(f"\n{target}: unavailable: {why}")
+
+    calls = results.get("calls", {}).get("targets", {})
+    ok_targets = [t for t, r in calls.items() if C.is_ok(r)]
+    if ok_targets:
+        out.append("\n### 1. Per-call cost (ratio to the hand port; median of the per-repeat ratios, [q1-q3])\n")
+        out.append("| call | target | " + " | ".join(ok_targets) + " |")
+        out.append("|---|---|" + "---|" * len(ok_targets))
+        labels: List[str] = []
+        for t in ok_targets:
+            for row in calls[t]["rows"]:
+                if row["call"] not in labels:
+                    labels.append(row["call"])
+        ns_rows = []
+        for label in labels:
+            cells, ns_cells = [], []
+            target_text = ""
+            for t in ok_targets:
+                row = next((r for r in calls[t]["rows"] if r["call"] == label), None)
+                if row is None:
+                    cells.append("")
+                    ns_cells.append("")
+                    continue
+                target_text = f"{row['target']}x" if row["target"] else "info"
+                flag = " **MISS**" if row["meets_target"] is False else ""
+                cells.append(f"{row['ratio']:.2f} [{row['ratio_q1']:.2f}-{row['ratio_q3']:.2f}]{flag}")
+                ns_cells.append(f"{row['native']:.0f} -> {row['shim']:.0f}")
+            out.append(f"| `{label}` | {target_text} | " + " | ".join(cells) + " |")
+            ns_rows.append(f"| `{label}` | " + " | ".join(ns_cells) + " |")
+        out.append("\nThe same rows in ns per call, hand port -> CUDA call under the shim (empty-loop cost removed):\n")
+        out.append("| call | " + " | ".join(ok_targets) + " |")
+        out.append("|---|" + "---|" * len(ok_targets))
+        out.extend(ns_rows)
+    for t, r in calls.items():
+        if not C.is_ok(r):
+            out.append(f"\n{t}: {r.get('status')}")
+
+    training = results.get("training", {}).get("targets", {})
+    if training:
+        out.append("\n### 2. Training step (ms per step; ratio = CUDA script under the shim / hand port; "
+                   "A/A = hand port / hand port)\n")
+        out.append("| target | mode | model | hand port ms | shim ms | ratio [q1-q3] | A/A control [q1-q3] |")
+        out.append("|---|---|---|---|---|---|---|")
+        for target, res in training.items():
+            if "single" not in res:
+                out.append(f"| {target} | | | {res.get('status')} | | | |")
+                continue
+            for mode in ("single", "ddp"):
+                sub = res[mode]
+                if not C.is_ok(sub):
+                    out.append(f"| {target} | {mode} | | {str(sub.get('status'))[:120]} | | | |")
+                    continue
+                for kind, rec in sub["models"].items():
+                    flag = " **MISS**" if rec["meets_target"] is False else ""
+                    out.append(f"| {target} | {mode} | {kind} | {rec['native']:.3f} | {rec['shim']:.3f} | "
+                               f"{rec['ratio']:.3f} [{rec['ratio_q1']:.3f}-{rec['ratio_q3']:.3f}]{flag} | "
+                               f"{rec.get('control_ratio', float('nan')):.3f} [{rec.get('control_q1', float('nan')):.3f}-"
+                               f"{rec.get('control_q3', float('nan')):.3f}] |")
+
+    startup = results.get("startup", {})
+    if startup:
+        out.append("\n### 3. Activation and start-up\n")
+        out.append("| measurement | result |")
+        out.append("|---|---|")
+        for target, rec in startup.get("import_auto", {}).items():
+            if rec.get("status") != "ok":
+                out.append(f"| `import transfer.auto` after torch [{target}] | {rec.get('status')} |")
+                continue
+            extra = (f"; without .pyc: {rec['no_pyc_median_ms']:.1f} ms" if rec.get("no_pyc_median_ms") else "")
+            flag = " **MISS**" if rec.get("meets_target") is False else ""
+            out.append(f"| `import transfer.auto` after torch [{target}] | {rec['median_ms']:.1f} ms "
+                       f"[{rec['q1_ms']:.1f}-{rec['q3_ms']:.1f}], {rec['runs']} runs (target < 20 ms){flag}{extra} |")
+        for key, title in (("python_pass", "`python -c pass`"), ("python_import_torch", "`python -c 'import torch'`"),
+                           ("device_backends", "`torch._import_device_backends()` (AUTOLOAD=0, then called)"),
+                           ("autoload_reference", "`import torch`, AUTOLOAD=1 vs 0, transfer installed")):
+            block = startup.get(key)
+            if not block or "status" in block:
+                if block:
+                    out.append(f"| {title} | {block['status']} |")
+                continue
+            parts = []
+            for name, rec in block.items():
+                text = f"{name} {rec['median_ms']:.2f} ms"
+                if "diff_ms" in rec:
+                    lo, hi = rec["diff_ci95_ms"]
+                    flag = " **MISS**" if rec.get("meets_target") is False else ""
+                    text += f" ({rec['diff_ms']:+.2f} ms, 95% CI {lo:+.2f}..{hi:+.2f}){flag}"
+                parts.append(text)
+            runs = next(iter(block.values())).get("runs")
+            out.append(f"| {title}, {runs} runs each | " + "; ".join(parts) + " |")
+
+    compiled = results.get("compile", {}).get("targets", {})
+    if compiled:
+        out.append("\n### 4. torch.compile\n")
+        out.append("| target | graph breaks shim / hand port | fullgraph=True eager | fullgraph=True inductor "
+                   "(hand port) | compiled differs from eager under the shim |")
+        out.append("|---|---|---|---|---|")
+        for target, res in compiled.items():
+            if not C.is_ok(res):
+                out.append(f"| {target} | {res.get('status')} | | | |")
+                continue
+            s = res["summary"]
+            out.append(f"| {target} | {s['graph_breaks_shim']} / {s['graph_breaks_native']} | "
+                       f"{'compiles' if s['fullgraph_eager_compiles'] else 'fails'} | "
+                       f"{'compiles' if s['fullgraph_inductor_compiles'] else 'fails'} "
+                       f"({'compiles' if s['native_fullgraph_inductor_compiles'] else 'fails'}) | "
+                       f"{', '.join(f'`{n}`' for n in s['eager_compiled_disagreements']) or 'none'} |")
+
+    memory = results.get("memory", {}).get("targets", {})
+    if memory:
+        out.append("\n### 5. Peak RSS, short CNN training run\n")
+        out.append("| target | hand port MiB | shim MiB | ratio [min-max] | pairs |")
+        out.append("|---|---|---|---|---|")
+        for target, rec in memory.items():
+            if rec.get("status") != "ok":
+                out.append(f"| {target} | {rec.get('status')} | | | |")
+                continue
+            out.append(f"| {target} | {rec['native']:.1f} | {rec['shim']:.1f} | {rec['ratio']:.3f} "
+                       f"[{rec['ratio_min']:.3f}-{rec['ratio_max']:.3f}] | {rec['repeats']} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.report",
+                                     description="Re-print a run: table (default), --markdown, or --chart PNG")
+    parser.add_argument("results", help="results.json of a run")
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--chart", help="write the per-call chart here")
+    args = parser.parse_args()
+    with open(args.results) as fh:
+        data = json.load(fh)
+    if args.chart:
+        chart(data, args.chart)
+    print(markdown(data) if args.markdown else table(data))
