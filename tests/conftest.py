@@ -1,6 +1,7 @@
 """Shared fixtures: an installed target per test, and subprocess runners."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -42,17 +43,31 @@ def clean_env(**extra):
 
 
 def run(args, env=None, timeout=240, cwd=None, check=True):
-    """Run a command, bounded by `timeout`; on failure (or hang) show its log."""
+    """Run a command, bounded by `timeout`; on failure (or hang) show its log.
+
+    The command runs in its own session: on a timeout the whole process group
+    (torchrun's or mp.spawn's workers included) is killed, not only the leader.
+    """
+    proc = subprocess.Popen(args, env=env if env is not None else clean_env(), cwd=cwd or ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        proc = subprocess.run(args, env=env if env is not None else clean_env(), cwd=cwd or ROOT,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
         pytest.fail(f"{args} hung for {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
-    if check and proc.returncode != 0:
-        pytest.fail(f"{args} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    return proc
+    result = subprocess.CompletedProcess(args, proc.returncode, out, err)
+    if check and result.returncode != 0:
+        pytest.fail(f"{args} exited {result.returncode}\n--- stdout\n{out}\n--- stderr\n{err}")
+    return result
+
+
+def kill_group(proc):
+    """SIGKILL the process group led by `proc` (started with start_new_session=True)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def python(*args, **kwargs):

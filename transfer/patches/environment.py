@@ -43,6 +43,10 @@ def apply(ctx) -> None:
             unknown.append(name)
         elif rename.target not in os.environ:
             changes[rename.target] = rename.convert(value)
+        elif os.environ[rename.target] == rename.convert(value):
+            # Set by transfer in a parent process (torchrun's launcher, mp.spawn's parent):
+            # in effect here too, so the report says so.
+            ctx.env_changes[rename.target] = os.environ[rename.target]
     if not ctx.registry.enabled("environment.variables"):
         return
     for name, value in changes.items():
