@@ -3,6 +3,7 @@
 Launch: torchrun --nproc_per_node=NUM_GPUS ddp_syncbn.py --out final.pt
 """
 import argparse
+import hashlib
 import os
 
 import torch
@@ -42,6 +43,15 @@ def make_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
+def parameters_digest(module):
+    """A fingerprint of the weights and buffers: equal on every rank when DDP keeps them in sync."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        h.update(name.encode())
+        h.update(repr(tensor.detach().cpu().flatten().tolist()).encode())
+    return h.hexdigest()[:16]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="final.pt")
@@ -73,6 +83,7 @@ def main():
         if rank == 0:
             print(f"step {step}: mean loss {reported.item() / world_size:.5f}")
 
+    print(f"rank {rank}: parameters {parameters_digest(model.module)} on {next(model.parameters()).device}")
     if rank == 0:
         torch.save(model.module.state_dict(), args.out)
         print(f"saved {args.out}")
