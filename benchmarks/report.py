@@ -130,7 +130,7 @@ def table(results: Dict[str, Any]) -> str:
                          f"fullgraph eager {'compiles' if s['fullgraph_eager_compiles'] else 'FAILS'}, "
                          f"inductor {'compiles' if s['fullgraph_inductor_compiles'] else 'FAILS'} "
                          f"(hand port: {'compiles' if s['native_fullgraph_inductor_compiles'] else 'fails'}) "
-                         f"{_mark(s['meets_target'])}")
+                         f"{_mark(s['meets_target']) if s['meets_target'] is not None else '(informational)'}")
             err = res["shim"]["fullgraph_inductor"].get("error")
             if err:
                 lines.append(f"      inductor under the shim: {err[:160]}")
@@ -166,6 +166,9 @@ def findings(results: Dict[str, Any]) -> List[str]:
         if C.is_ok(res):
             for name in res["summary"]["eager_compiled_disagreements"]:
                 notes.append(f"compile[{target}]: compiled {name} differs from eager under the shim")
+            if res["summary"].get("inductor_failure_caused_by_shim"):
+                notes.append(f"compile[{target}]: inductor fails under the shim only: "
+                             f"{res['summary']['inductor_failure_caused_by_shim'][:140]}")
     for family in ("calls", "training", "compile", "memory"):
         for target, res in results.get(family, {}).get("targets", {}).items():
             subs = {"": res}
@@ -204,7 +207,7 @@ def targets_missed(results: Dict[str, Any]) -> List[str]:
             if rec.get("meets_target") is False:
                 missed.append(f"{key}[{name}] {rec['diff_ms']:+.2f} ms")
     for target, res in results.get("compile", {}).get("targets", {}).items():
-        if C.is_ok(res) and not res["summary"]["meets_target"]:
+        if C.is_ok(res) and res["summary"]["meets_target"] is False:
             missed.append(f"compile[{target}]")
     return missed
 
