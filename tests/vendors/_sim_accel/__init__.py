@@ -62,8 +62,8 @@ def _device_count() -> int:
         count = int(raw)
     except ValueError:
         raise ImportError(f"SIM_ACCEL_DEVICE_COUNT must be an integer, got {raw!r}") from None
-    if not 1 <= count <= 16:
-        raise ImportError(f"SIM_ACCEL_DEVICE_COUNT must be between 1 and 16, got {count}")
+    if not 0 <= count <= 16:
+        raise ImportError(f"SIM_ACCEL_DEVICE_COUNT must be between 0 and 16, got {count}")
     return count
 
 

@@ -96,6 +96,12 @@ def _compile(build_dir: Path, name: str):
     from torch.utils import cpp_extension
 
     start = time.monotonic()
+    # torch's own FileBaton ("lock" in the build folder) is left behind when a
+    # build is killed, and then makes every later build wait forever. We hold
+    # the flock, so nobody else is building here: a leftover baton is stale.
+    stale = build_dir / "lock"
+    if stale.exists():
+        stale.unlink()
     try:
         mod = cpp_extension.load(
             name=name,

@@ -13,6 +13,15 @@
 
 #include "sim_accel.h"
 
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/bernoulli.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/native_batch_norm.h>
+#include <ATen/ops/ones_like.h>
+
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>

@@ -15,14 +15,16 @@
 
 #include "sim_accel.h"
 
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/from_blob.h>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Generator.h>
-#include <torch/csrc/autograd/engine.h>
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <array>
 #include <atomic>
@@ -523,7 +525,7 @@ namespace {
 // ---------------------------------------------------------------- bindings
 
 void py_init(int count) {
-  TORCH_CHECK(count >= 1 && count <= kMaxDevices, "device count must be in [1, ", kMaxDevices, "]");
+  TORCH_CHECK(count >= 0 && count <= kMaxDevices, "device count must be in [0, ", kMaxDevices, "]");
   int expected = 0;
   if (!g_device_count.compare_exchange_strong(expected, count)) {
     TORCH_CHECK(expected == count, "simulated accelerator already initialised with ", expected, " devices");
@@ -619,13 +621,6 @@ py::object py_default_generator(int index) {
   return py::reinterpret_steal<py::object>(obj);
 }
 
-// Exit support: make the autograd engine's device threads leave while the
-// interpreter is still alive, see _sim_accel/_exit.py for the full story.
-void py_stop_autograd_device_threads() {
-  py::gil_scoped_release no_gil;
-  torch::autograd::Engine::get_default_engine().stop();
-}
-
 }  // namespace
 
 }  // namespace sim_accel
@@ -672,5 +667,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("used_devices", &py_used_devices);
   m.def("default_generator", &py_default_generator);
   m.def("alias_cpu", &alias_cpu, "CPU tensor aliasing the memory of a device tensor (no copy)");
-  m.def("stop_autograd_device_threads", &py_stop_autograd_device_threads);
 }

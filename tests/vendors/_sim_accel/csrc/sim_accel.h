@@ -1,7 +1,8 @@
 // Shared declarations between runtime.cpp and kernels.cpp.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
 
