@@ -80,7 +80,7 @@ def train(rank, world_size, args):
     losses = [None] * world_size
     dist.all_gather_object(losses, {"rank": rank, "loss": round(loss.item(), 6)})
     if rank == 0:
-        print("final losses:", losses)
+        print(f"final losses: {losses}")
         torch.save(ddp_model.module.state_dict(), os.path.join(args.workdir, "model_final.checkpoint"))
     print(f"rank {rank}: parameters {parameters_digest(ddp_model.module)} on {next(model.parameters()).device}")
     dist.barrier()

@@ -11,8 +11,18 @@ import torch.nn as nn
 from conftest import EXAMPLES, clean_env, free_port, python
 from transfer.patches.distributed import translate_backend
 
-sys.path.insert(0, EXAMPLES)
-import ddp_syncbn  # noqa: E402  (the example's model and data, for the reference run)
+
+def _example(name):
+    """Load examples/<name>.py under a private module name: tests/scripts has a `ddp_syncbn` too."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ddp_syncbn = _example("ddp_syncbn")  # the example's model and data, for the reference run
 
 
 class Ctx:
