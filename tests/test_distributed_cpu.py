@@ -1,7 +1,6 @@
 """Collectives, DDP and SyncBatchNorm on the cpu target (gloo)."""
 
 import os
-import sys
 
 import pytest
 import torch

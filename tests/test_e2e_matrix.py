@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conftest import EXAMPLES, ROOT, SCRIPTS, VENDORS, clean_env, free_port, kill_group
+from conftest import EXAMPLES, SCRIPTS, VENDORS, clean_env, free_port, kill_group
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
