@@ -8,8 +8,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 import transfer
 from conftest import SCRIPTS, clean_env, free_port, kill_group
 from transfer.patches import shutdown
