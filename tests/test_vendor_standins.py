@@ -187,6 +187,7 @@ def test_ddp_syncbn_matches_single_process_cpu(ddp_run, vendor):
     finally:
         sys.path.remove(SCRIPTS)
     out, _, proc = ddp_run(vendor)
+    assert "terminate called" not in proc.stderr, log_of(proc)
     for rank in (0, 1):
         info = json.loads((out / f"rank{rank}.json").read_text())
         assert info["device"] == info["param_device"] == f"{vendor}:{rank}", info
