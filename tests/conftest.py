@@ -72,3 +72,12 @@ def kill_group(proc):
 
 def python(*args, **kwargs):
     return run([sys.executable, *args], **kwargs)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Summaries that test modules leave on the config (the e2e matrix's timings)."""
+    lines = getattr(config, "_e2e_summary", None)
+    if lines:
+        terminalreporter.section("e2e matrix timings")
+        for line in lines:
+            terminalreporter.write_line(line)

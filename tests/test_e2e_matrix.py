@@ -283,15 +283,14 @@ def matrix(request, tmp_path_factory, extension):
     futures = {cell.id: pool.submit(one, cell) for cell in selected}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and futures:
-        reporter.write_line(f"\ne2e matrix: {len(futures)} cells, {JOBS} at a time, "
-                            f"{time.monotonic() - start:.0f}s wall; seconds per cell (run time, not waiting):")
-        for cell_id, future in futures.items():
-            if future.done() and not future.cancelled() and future.exception() is None:
-                reporter.write_line(f"  {future.result().seconds:6.1f}s  {cell_id}")
-            else:
-                reporter.write_line(f"       -   {cell_id} (failed or not run)")
+    lines = [f"e2e matrix: {len(futures)} cells, {JOBS} at a time, {time.monotonic() - start:.0f}s wall; "
+             "seconds per cell (its own run time):"]
+    for cell_id, future in futures.items():
+        if future.done() and not future.cancelled() and future.exception() is None:
+            lines.append(f"  {future.result().seconds:6.1f}s  {cell_id}")
+        else:
+            lines.append(f"       -   {cell_id} (failed or not run)")
+    request.config._e2e_summary = lines  # printed by conftest's pytest_terminal_summary
 
 
 # ---------------------------------------------------------------- checks
