@@ -291,7 +291,7 @@ def test_failed_build_is_a_loud_import_error(extension, tmp_path):
     assert "IMPORT_ERROR simulated accelerator: building the C++ extension failed" in proc.stdout, log_of(proc)
 
 
-EXIT_RUNS = 12
+EXIT_RUNS = 10
 
 
 def test_clean_exit_after_backward_repeated(extension):
