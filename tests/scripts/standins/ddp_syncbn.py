@@ -108,6 +108,10 @@ def check_collectives(vendor, device, rank, world):
     dist.gather_object(rank * 10, got, dst=0)
     if rank == 0:
         assert got == [0, 10], got
+    sub = dist.new_group([0, 1])
+    t = torch.full((2,), float(rank), device=device)
+    dist.all_reduce(t, group=sub)
+    assert t.tolist() == [1.0, 1.0], t
     dist.barrier()
 
 
