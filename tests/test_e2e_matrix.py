@@ -65,7 +65,7 @@ CELL_TIMEOUT = 420
 JOBS = max(1, int(os.environ.get("E2E_JOBS", "2")))
 IMPORT_LINE = "from transfer import auto as _  # the one line added to the script\n"
 # Ranks share one pipe: their lines may interleave, so no anchors.
-DIGEST = re.compile(r"rank (\d+): parameters ([0-9a-f]{16}) on ([a-z]+(?::\d+)?)")
+DIGEST = re.compile(r"rank (\d+): parameters ([0-9a-f]{16}) on (cpu|[a-z]+:\d+)")
 
 
 def _load_example(name):
