@@ -30,7 +30,7 @@ def _cuda(ctx):
     """x.cuda(device) is x.to(<target device>): one cache lookup, then native `to`."""
     translator = ctx.target.translator("Tensor.cuda")
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
-    native_to = torch.Tensor.to
+    native_to = torch._C.TensorBase.to  # the C method, not our Tensor.to wrapper
     preserve = torch.preserve_format
 
     def cuda(self, device="cuda", non_blocking=False, memory_format=preserve):
