@@ -5,6 +5,7 @@ Launched with torch.distributed.run --nproc_per_node 2; both ranks select
 init_process_group refuses, and exits 1 when it is accepted.
 """
 
+import os
 import sys
 
 import torch
@@ -15,7 +16,9 @@ torch.sdaa.set_device(0)
 try:
     dist.init_process_group("tccl")
 except RuntimeError as exc:
-    print("QUIRK_ERROR " + str(exc).replace("\n", " "), flush=True)
+    # One write() below PIPE_BUF: both ranks share the pipe, and print()'s
+    # separate newline write let the two lines interleave.
+    os.write(1, ("QUIRK_ERROR " + str(exc).replace("\n", " ") + "\n").encode())
     sys.exit(0)
 print("tccl accepted two ranks on sdaa:0", flush=True)
 sys.exit(1)
