@@ -6,7 +6,7 @@ import inspect
 
 import torch
 
-from ._calls import _MISS, _finish, device_first, device_keyword
+from ._calls import _MISS, _NO_ARG, _finish, device_first, device_keyword
 from ..devices import DEVICE_SPEC_TYPES
 
 _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
@@ -14,7 +14,7 @@ _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_
 
 def apply(ctx) -> None:
     reg, Tensor = ctx.registry, torch.Tensor
-    reg.replace("tensor.to", Tensor, "to", device_first(ctx, "Tensor.to", Tensor.to))
+    reg.replace("tensor.to", Tensor, "to", device_first(ctx, "Tensor.to", Tensor.to, to_signature=True))
     reg.replace("tensor.cuda", Tensor, "cuda", _cuda(ctx))
     for name in _NEW_METHODS:
         reg.replace(f"tensor.{name}", Tensor, name, device_keyword_method(ctx, name))
@@ -27,22 +27,47 @@ def device_keyword_method(ctx, name: str):
 
 
 def _cuda(ctx):
-    """x.cuda(device) is x.to(<target device>): one cache lookup, then native `to`."""
+    """x.cuda(device) is x.to(<target device>): one identity test, then the C method.
+
+    Same memo as `_calls.device_first` (the last argument and its translation,
+    one tuple). On the cpu target every translation is the CPU, so the call
+    ends in the C `Tensor.cpu`, ~200 ns cheaper than `Tensor.to`.
+    """
     translator = ctx.target.translator("Tensor.cuda")
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
-    native_to = torch._C.TensorBase.to  # the C method, not our Tensor.to wrapper
     preserve = torch.preserve_format
+    last = (_NO_ARG, _NO_ARG)
 
-    def cuda(self, device="cuda", non_blocking=False, memory_format=preserve):
-        # 'cuda' alone means the current device; so does the target's bare type.
-        if device is None:
-            device = "cuda"
-        if type(device) in spec_types:
-            result = lookup(device, _MISS)
-            device = miss(device) if result is _MISS else result
-        if memory_format is preserve:
-            return native_to(self, device, None, non_blocking)  # positional: keywords cost ~250 ns
-        return native_to(self, device, None, non_blocking, memory_format=memory_format)
+    def translate(device):
+        """The slow path: the memo missed."""
+        nonlocal last
+        spec = "cuda" if device is None else device  # None: the current device
+        if type(spec) not in spec_types:
+            return spec
+        result = lookup(spec, _MISS)
+        if result is _MISS:
+            result = miss(spec)
+        last = (device, result)
+        return result
+
+    if ctx.profile.is_cpu:
+        native_cpu = torch._C.TensorBase.cpu
+
+        def cuda(self, device=None, non_blocking=False, memory_format=preserve):
+            if device is not last[0]:
+                translate(device)  # checks the index, records the call for the report
+            if memory_format is preserve:
+                return native_cpu(self)
+            return native_cpu(self, memory_format=memory_format)
+    else:
+        native_to = torch._C.TensorBase.to  # the C method, not our Tensor.to wrapper
+
+        def cuda(self, device=None, non_blocking=False, memory_format=preserve):
+            seen = last
+            device = seen[1] if device is seen[0] else translate(device)
+            if memory_format is preserve:
+                return native_to(self, device, None, non_blocking)  # keywords cost ~250 ns
+            return native_to(self, device, None, non_blocking, memory_format=memory_format)
 
     return _finish(cuda, torch.Tensor.cuda, "cuda")
 
