@@ -239,3 +239,18 @@ def test_torch_asking_for_the_capability_itself_is_silent(cpu_target, caplog, tm
         assert sum("get_device_capability" in r.getMessage() for r in caplog.records) == 1
     finally:
         dist.destroy_process_group()
+
+
+def test_compiled_is_cuda_matches_eager_and_recompiles_after_uninstall(cpu_target):
+    """Dynamo answers x.is_cuda from metadata, not the descriptor: patched too."""
+    def pick(x):
+        return x + 1 if x.is_cuda else x - 1
+
+    x = torch.zeros(2, device="cuda")
+    compiled = torch.compile(pick, fullgraph=True, backend="eager")
+    assert x.is_cuda and torch.equal(compiled(x), pick(x)) and compiled(x)[0] == 1
+    assert "dynamo.is_cuda" in cpu_target.status()["patches"]
+    cpu_target.uninstall()
+    # Stock torch again: a CPU tensor is not CUDA, and the code compiled under
+    # the shim (with its answer baked in) is gone.
+    assert not x.is_cuda and compiled(x)[0] == -1

@@ -74,3 +74,29 @@ def test_wrap_uses_wrapt_and_reverts():
     assert isinstance(module.f, wrapt.FunctionWrapper) and module.f(2) == 20
     reg.revert_all()
     assert module.f is f
+
+
+def test_replace_when_imported_waits_for_the_module_and_not_after_revert(tmp_path, monkeypatch):
+    (tmp_path / "lazy_mod_for_transfer_test.py").write_text("class Thing:\n    def answer(self):\n        return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry()
+    registry.replace_when_imported("lazy.answer", "lazy_mod_for_transfer_test", "Thing", "answer",
+                                   lambda original: lambda self: original(self) + 41)
+    assert registry.names() == []  # not imported yet: nothing patched
+    import lazy_mod_for_transfer_test as lazy
+
+    original = registry.get_original(lazy.Thing, "answer")
+    assert original.__qualname__ == "Thing.answer"
+    assert lazy.Thing().answer() == 42 and registry.names() == ["lazy.answer"]
+    registry.revert_all()
+    assert lazy.Thing.__dict__["answer"] is original and lazy.Thing().answer() == 1
+
+    # A registry reverted before the import never patches it.
+    late = Registry()
+    late.replace_when_imported("lazy.other", "lazy_mod_for_transfer_test2", "Thing", "answer",
+                               lambda original: lambda self: 0)
+    late.revert_all()
+    (tmp_path / "lazy_mod_for_transfer_test2.py").write_text("class Thing:\n    def answer(self):\n        return 1\n")
+    import lazy_mod_for_transfer_test2 as lazy2
+
+    assert lazy2.Thing().answer() == 1 and late.names() == []

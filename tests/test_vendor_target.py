@@ -1,10 +1,11 @@
 """The vendor targets against the stand-ins (tests/vendors), one process each."""
 
 import os
+import sys
 
 import pytest
 
-from conftest import SCRIPTS, VENDORS, clean_env, python
+from conftest import SCRIPTS, VENDORS, clean_env, python, run
 
 
 @pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
@@ -27,10 +28,30 @@ def test_auto_prefers_the_vendor_already_imported():
     assert python("-c", code, env=env, timeout=600).stdout.strip() == "gcu:0"
 
 
+VENDOR_FIRST = "import torch_{v}\nimport torch\nprint(torch.cuda.device_count(), torch.ones(1).cuda().device)\n"
+
+
+@pytest.mark.parametrize("vendor, way", [("npu", "env"), ("sdaa", "auto"), ("gcu", "runner")])
+def test_script_importing_the_vendor_plugin_first(vendor, way, tmp_path):
+    """Vendor plug-ins start with `import torch`: torch's entry point then runs while the
+    plug-in is half imported and torch.<vendor> does not exist yet; activation waits."""
+    script = tmp_path / "train.py"
+    script.write_text(VENDOR_FIRST.format(v=vendor))
+    if way == "runner":
+        proc = run(["transfer-run", sys.executable, str(script)], env=clean_env(PYTHONPATH=VENDORS, TRANSFER_QUIET=1),
+                   timeout=600)
+    else:
+        device = vendor if way == "env" else "auto"
+        proc = python(str(script), env=clean_env(TRANSFER_DEVICE=device, PYTHONPATH=VENDORS, TRANSFER_QUIET=1),
+                      timeout=600)
+    assert proc.stdout.split() == ["4", f"{vendor}:0"], proc.stderr
+
+
 def test_vendor_with_zero_devices_is_a_clear_error():
     env = clean_env(TRANSFER_DEVICE="gcu", PYTHONPATH=VENDORS, SIM_ACCEL_DEVICE_COUNT=0)
     proc = python("-c", "import torch", env=env, check=False, timeout=600)
     assert proc.returncode != 0 and "reports no gcu device" in proc.stderr, proc.stderr
+    assert "TOPS_VISIBLE_DEVICES (unset)" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 CAPABILITY_PROBE = """

@@ -95,22 +95,27 @@ def _apply(profile, registry):
         registry.revert_all()
         raise
     finally:
-        _forget_dynamo_rules()
+        _forget_compiled_code()
     return ctx
 
 
-def _forget_dynamo_rules() -> None:
-    """Drop torch.compile's cached map of torch functions.
+def _forget_compiled_code() -> None:
+    """Make torch.compile start afresh after the patches change.
 
     Dynamo resolves names such as "torch.zeros" once and caches the objects; a
     map built while other patches (or none) were in place would make it treat
-    the functions now installed as unknown builtins, i.e. graph breaks.
+    the functions now installed as unknown builtins, i.e. graph breaks. And
+    code compiled before the change has the old translations baked in, with no
+    guard on them: `torch._dynamo.reset()` drops it (it recompiles on next call).
     """
     import sys
 
     rules = sys.modules.get("torch._dynamo.trace_rules")
     if rules is not None:
         rules.clear_lru_cache()
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None and hasattr(dynamo, "reset"):
+        dynamo.reset()
 
 
 def uninstall() -> None:
@@ -122,7 +127,7 @@ def uninstall() -> None:
             try:
                 ctx.registry.revert_all()
             finally:
-                _forget_dynamo_rules()
+                _forget_compiled_code()
         _outcome = {"active": False, "reason": "uninstalled"}
 
 

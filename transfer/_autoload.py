@@ -6,12 +6,27 @@ it, or never imports torch, is unaffected.
 """
 
 import os
+import sys
 
 
 def activate() -> None:
     if not os.environ.get("TRANSFER_DEVICE", "").strip():
         return
-    install_or_exit()
+    install_when_ready()
+
+
+def install_when_ready() -> None:
+    """install_or_exit() now, or once the vendor plug-in importing torch is loaded.
+
+    Vendor plug-ins begin with ``import torch`` (torch_npu does), so a script
+    whose first line is ``import torch_npu`` reaches torch's entry points while
+    the plug-in is half imported and ``torch.npu`` does not exist yet.
+    Installing then would report "no npu device"; it waits for the end of the
+    plug-in's import instead.
+    """
+    pending = _vendor_mid_import()
+    if pending is None or not _after_import(pending, install_or_exit):
+        install_or_exit()
 
 
 def install_or_exit() -> None:
@@ -28,3 +43,54 @@ def install_or_exit() -> None:
         install()
     except TransferError as exc:
         raise SystemExit(f"transfer: {exc}") from None
+
+
+def _vendor_mid_import():
+    """The name of a vendor package whose import is in progress, or None."""
+    from .profiles import PROFILES
+
+    for profile in PROFILES.values():
+        module = sys.modules.get(profile.package) if profile.package else None
+        if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False):
+            return profile.package
+    return None
+
+
+def _after_import(name: str, callback) -> bool:
+    """Call `callback()` when the import of `name`, now in progress, completes.
+
+    Post-import hooks (wrapt's) fire at once for a module already in
+    sys.modules, half imported or not, so this hooks the end of the import
+    itself: importlib clears ``spec._initializing`` in a ``finally`` once the
+    module's code has run (CPython 3.4 onwards). The spec's class becomes a
+    subclass that notices that assignment and restores itself. Returns False
+    when the module has no ordinary spec (nothing hooked).
+    """
+    import importlib.machinery
+
+    spec = getattr(sys.modules.get(name), "__spec__", None)
+    if not isinstance(spec, importlib.machinery.ModuleSpec):
+        return False
+    if type(spec) is importlib.machinery.ModuleSpec:
+        object.__setattr__(spec, "_transfer_on_loaded", [])
+        spec.__class__ = _spec_notifying_end()
+    elif not hasattr(spec, "_transfer_on_loaded"):
+        return False  # some other ModuleSpec subclass: leave it alone
+    spec._transfer_on_loaded.append(callback)
+    return True
+
+
+def _spec_notifying_end():
+    import importlib.machinery
+
+    class SpecNotifyingEnd(importlib.machinery.ModuleSpec):
+        def __setattr__(self, attribute, value):
+            object.__setattr__(self, attribute, value)
+            if attribute == "_initializing" and not value:
+                object.__setattr__(self, "__class__", importlib.machinery.ModuleSpec)
+                callbacks = self.__dict__.pop("_transfer_on_loaded", [])
+                if self.name in sys.modules:  # a failed import removed it: nothing to wait for
+                    for callback in callbacks:
+                        callback()
+
+    return SpecNotifyingEnd

@@ -10,10 +10,10 @@ Like gevent.monkey, it answers `get_original` and `is_patched`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import wrapt
 
@@ -22,16 +22,21 @@ from .errors import TransferError
 _MISSING = object()
 
 
-@dataclass
 class Record:
     """One applied patch: `owner.attribute` now holds `replacement`."""
 
-    name: str  # "<area>.<item>", the key TRANSFER_DISABLE matches
-    owner: Any
-    attribute: str
-    original: Any  # the object found before patching (raw, unbound)
-    replacement: Any
-    own: Any  # what owner.__dict__ held before, or _MISSING if it was inherited/absent
+    __slots__ = ("name", "owner", "attribute", "original", "replacement", "own")
+
+    def __init__(self, name: str, owner: Any, attribute: str, original: Any, replacement: Any, own: Any):
+        self.name = name  # "<area>.<item>", the key TRANSFER_DISABLE matches
+        self.owner = owner
+        self.attribute = attribute
+        self.original = original  # the object found before patching (raw, unbound)
+        self.replacement = replacement
+        self.own = own  # what owner.__dict__ held before, or _MISSING if it was inherited/absent
+
+    def __repr__(self) -> str:
+        return f"<Record {self.name}: {self.describe()}>"
 
     def describe(self) -> str:
         owner = getattr(self.owner, "__qualname__", None) or getattr(self.owner, "__name__", repr(self.owner))
@@ -52,8 +57,10 @@ class Registry:
     def __init__(self, disabled: Iterable[str] = ()):
         self.disabled = frozenset(n.strip() for n in disabled if n.strip())
         self._records: List[Record] = []
+        self._by_target: Dict[tuple, Record] = {}  # (id(owner), attribute) -> record
         self._undo: List[tuple] = []  # (name, callable)
         self._lock = threading.RLock()
+        self._reverted = False  # set by revert_all: late post-import hooks do nothing
 
     def enabled(self, name: str) -> bool:
         return name not in self.disabled and name.split(".", 1)[0] not in self.disabled
@@ -76,6 +83,7 @@ class Registry:
             wrapt.apply_patch(owner, attribute, replacement)
             record = Record(name, owner, attribute, original, replacement, own)
             self._records.append(record)
+            self._by_target[(id(owner), attribute)] = record
             return record
 
     def wrap(self, name: str, owner: Any, attribute: str, wrapper: Callable) -> Optional[Record]:
@@ -90,6 +98,33 @@ class Registry:
         _, _, original = wrapt.resolve_path(owner, attribute)
         return self.replace(name, owner, attribute, wrapt.FunctionWrapper(original, wrapper))
 
+    def replace_when_imported(self, name: str, module: str, owner: str, attribute: str,
+                              make_replacement: Callable[[Any], Any]) -> None:
+        """Replace ``<module>.<owner>.<attribute>`` now, or when `module` is imported.
+
+        For modules torch imports lazily (torch._dynamo: ~1 s): a wrapt
+        post-import hook applies the patch on import, unless `revert_all` ran
+        in between. `make_replacement` receives the original and returns the
+        replacement; a missing owner or attribute (another torch version) is
+        left alone.
+        """
+        if not self.enabled(name):
+            return
+
+        def on_import(loaded):
+            with self._lock:
+                if self._reverted:
+                    return
+                try:
+                    target = functools.reduce(getattr, owner.split("."), loaded)
+                    original = getattr(target, attribute)
+                except AttributeError:
+                    return
+                if self.record_for(target, attribute) is None:
+                    self.replace(name, target, attribute, make_replacement(original))
+
+        wrapt.register_post_import_hook(on_import, module)
+
     def on_revert(self, name: str, undo: Callable[[], None]) -> None:
         """Remember `undo` for a change that is not an attribute assignment."""
         with self._lock:
@@ -98,6 +133,7 @@ class Registry:
     def revert_all(self) -> None:
         """Undo everything, newest first, restoring the identical originals."""
         with self._lock:
+            self._reverted = True
             errors = []
             for name, undo in reversed(self._undo):
                 try:
@@ -116,14 +152,13 @@ class Registry:
                 else:
                     setattr(record.owner, record.attribute, record.own)
             self._records.clear()
+            self._by_target.clear()
             if errors:
                 raise TransferError("could not revert: " + "; ".join(errors))
 
     def record_for(self, owner: Any, attribute: str) -> Optional[Record]:
-        for record in self._records:
-            if record.owner is owner and record.attribute == attribute:
-                return record
-        return None
+        # Keyed by id(): the record holds `owner`, so the id cannot be reused meanwhile.
+        return self._by_target.get((id(owner), attribute))
 
     def is_patched(self, owner: Any, attribute: str) -> bool:
         return self.record_for(owner, attribute) is not None

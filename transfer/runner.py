@@ -36,9 +36,9 @@ def activate_on_torch_import() -> None:
     import wrapt
 
     def on_torch(module):
-        from ._autoload import install_or_exit
+        from ._autoload import install_when_ready
 
-        install_or_exit()
+        install_when_ready()
 
     wrapt.register_post_import_hook(on_torch, "torch")
 

@@ -94,8 +94,13 @@ def _import_vendor(profile: Profile) -> None:
         raise NoDeviceError(
             f"{profile.package} is installed but reports no {profile.device_type} device "
             f"(torch.{profile.device_type}.device_count() == 0). Check the driver and "
-            f"{visible}={os.environ.get(visible)!r}; TRANSFER_DEVICE=cpu runs on the CPU instead."
+            f"{visible} ({_shown(visible)}); TRANSFER_DEVICE=cpu runs on the CPU instead."
         )
+
+
+def _shown(variable: str) -> str:
+    value = os.environ.get(variable)
+    return "unset" if value is None else f"now {value!r}"
 
 
 def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Set
+from typing import Any, Dict, Set
 
 from ..devices import Target
 from ..errors import UnsupportedCudaAPI
@@ -23,6 +22,7 @@ AREAS = (
     "environment",  # CUDA_VISIBLE_DEVICES / NCCL_* -> the vendor's variables
     "cuda_namespace",  # torch.cuda.* -> torch.<vendor>.* (or the cpu runtime)
     "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
+    "dynamo",  # torch.compile answers x.is_cuda as eager does
     "module",  # nn.Module.to / .to_empty
     "factories",  # torch.zeros(..., device='cuda') and every other factory
     "serialization",  # torch.load map_location and CUDA checkpoints
@@ -36,18 +36,18 @@ AREAS = (
 )
 
 
-@dataclass
 class PatchContext:
     """What a patch area needs: the target, the registry, the device runtime."""
 
-    profile: Profile
-    registry: Registry
-    target: Target
-    runtime: Any  # torch.<vendor> module, or transfer.cpu_runtime
-    strict: bool = False
-    device_selected: bool = False  # the script (or transfer) has chosen a device
-    env_changes: dict = field(default_factory=dict)
-    _warned: Set[str] = field(default_factory=set)
+    def __init__(self, profile: Profile, registry: Registry, target: Target, runtime: Any, strict: bool = False):
+        self.profile = profile
+        self.registry = registry
+        self.target = target
+        self.runtime = runtime  # torch.<vendor> module, or transfer.cpu_runtime
+        self.strict = strict
+        self.device_selected = False  # the script (or transfer) has chosen a device
+        self.env_changes: Dict[str, Any] = {}
+        self._warned: Set[str] = set()
 
     def warn_once(self, api: str, message: str) -> None:
         """Warn about `api` once per process; raise instead under TRANSFER_STRICT=1."""
