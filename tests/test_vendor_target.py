@@ -73,3 +73,20 @@ def test_broadcast_works_whatever_the_vendor_says_about_capability(vendor, capab
     env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
     proc = python("-c", CAPABILITY_PROBE.format(store=tmp_path / "store"), env=env, timeout=600)
     assert f"capability {capability}" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_device_properties_answer_the_cuda_fields_torch_reads():
+    """Inductor's cache key reads gcnArchName when torch.version.cuda is None; torch_npu's
+    properties lack it. The vendor's own fields still come through."""
+    code = (
+        "import torch\n"
+        "props = torch.cuda.get_device_properties(0)\n"
+        "print(props.name, props.gcnArchName, props.warp_size, props.total_memory > 0, sep='|')\n"
+        "from torch._inductor.codecache import CacheBase\n"
+        "print(CacheBase.get_system()['device'])\n"
+    )
+    env = clean_env(TRANSFER_DEVICE="npu", PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
+    lines = python("-c", code, env=env, timeout=600).stdout.splitlines()
+    name = lines[0].split("|")[0]
+    assert lines[0].split("|")[1:] == [name, "1", "True"] and name.startswith("Ascend"), lines
+    assert lines[1] == f"{{'name': '{name}'}}", lines

@@ -75,6 +75,8 @@ def apply(ctx) -> None:
         impl = getattr(ctx.runtime, name, None)
         if name == "get_device_capability":
             impl = _capability(ctx, original, impl, target_name, placeholder=name in placeholders)
+        elif name == "get_device_properties" and impl is not None and not ctx.profile.is_cpu:
+            impl = _cuda_style_properties(_translating(ctx, name, original, impl))
         elif impl is not None:
             impl = _translating(ctx, name, original, impl)
             if name in placeholders:
@@ -191,6 +193,46 @@ def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bo
 
     get_device_capability.__wrapped__ = impl
     return get_device_capability
+
+
+class CudaStyleProperties:
+    """A vendor's device-properties object, answering the CUDA fields it lacks too.
+
+    torch reads CUDA fields from ``torch.cuda.get_device_properties()`` once
+    ``is_available()`` is True: inductor's cache key reads ``gcnArchName``
+    whenever ``torch.version.cuda`` is None, which torch_npu's properties lack
+    (an AttributeError inside torch.compile). Missing fields get the cpu
+    runtime's neutral defaults; ``gcnArchName`` gets the device name.
+    """
+
+    __slots__ = ("_vendor",)
+
+    def __init__(self, vendor: Any):
+        object.__setattr__(self, "_vendor", vendor)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._vendor, name)
+        except AttributeError:
+            from ..cpu_runtime import DeviceProperties
+
+            if name == "gcnArchName":
+                return str(getattr(self._vendor, "name", ""))
+            if name in DeviceProperties._field_defaults:
+                return DeviceProperties._field_defaults[name]
+            raise
+
+    def __repr__(self) -> str:
+        return repr(self._vendor)
+
+
+def _cuda_style_properties(get_device_properties: Callable) -> Callable:
+    def cuda_style(*args, **kwargs):
+        return CudaStyleProperties(get_device_properties(*args, **kwargs))
+
+    cuda_style.__name__ = "get_device_properties"
+    cuda_style.__wrapped__ = get_device_properties
+    return cuda_style
 
 
 def _noop(ctx, name: str, value: Any, target_name: str) -> Callable:
