@@ -10,8 +10,9 @@
    How `transfer` hooks in: its setup.cfg declares a ``torch.backends`` entry
    point, so at the end of ``import torch`` torch scans every installed
    distribution's entry points (it does that whether or not transfer is
-   installed), imports ``transfer`` + ``transfer._autoload`` and calls
-   ``activate()``, which returns after one environment lookup. An editable
+   installed), imports ``transfer`` (one module) and calls
+   ``torch_backend_entry_point()``, which returns after one environment
+   lookup. An editable
    install (``pip install -e .``, this checkout) also adds a ``.pth`` file
    that imports a path finder at every interpreter start.
 

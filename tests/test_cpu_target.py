@@ -26,6 +26,80 @@ def test_tensor_calls_land_on_cpu(cpu_target):
     assert x.is_cuda and not torch.ones(1, device="meta").is_cuda
 
 
+# Tensor.to argument forms: (CUDA spelling, hand-port spelling). The wrapper
+# forwards by arity and drops the non_blocking keyword; each must behave as
+# the native call does, identity and errors included.
+TO_FORMS = [
+    (("cuda",), {}, ("cpu",), {}),
+    (("cuda:1",), {}, ("cpu",), {}),
+    ((torch.device("cuda", 0),), {}, (torch.device("cpu"),), {}),
+    (("cuda",), {"non_blocking": True}, ("cpu",), {"non_blocking": True}),
+    (("cuda",), {"copy": True}, ("cpu",), {"copy": True}),
+    (("cuda", torch.float64), {}, ("cpu", torch.float64), {}),
+    (("cuda", torch.float64, True), {}, ("cpu", torch.float64, True), {}),
+    (("cuda",), {"dtype": torch.float16, "non_blocking": True}, ("cpu",), {"dtype": torch.float16, "non_blocking": True}),
+    ((), {"device": "cuda:0", "dtype": torch.float16}, (), {"device": "cpu", "dtype": torch.float16}),
+    ((), {"device": "cuda"}, (), {"device": "cpu"}),
+    ((), {"dtype": torch.float64}, (), {"dtype": torch.float64}),
+    ((torch.float16,), {}, (torch.float16,), {}),
+    ((torch.float16,), {"non_blocking": True}, (torch.float16,), {"non_blocking": True}),
+    ((torch.float16, False, True), {}, (torch.float16, False, True), {}),
+    ((), {}, (), {}),
+    (("cuda",), {"memory_format": torch.channels_last}, ("cpu",), {"memory_format": torch.channels_last}),
+]
+
+
+@pytest.mark.parametrize("cuda_args, cuda_kwargs, cpu_args, cpu_kwargs", TO_FORMS)
+def test_tensor_to_forms_behave_as_the_native_call(cpu_target, monkeypatch, cuda_args, cuda_kwargs,
+                                                  cpu_args, cpu_kwargs):
+    monkeypatch.setenv("TRANSFER_CPU_DEVICES", "2")
+    x = torch.arange(16.0).reshape(1, 1, 4, 4)
+    got = x.to(*cuda_args, **cuda_kwargs)
+    want = torch._C.TensorBase.to(x, *cpu_args, **cpu_kwargs)
+    assert (got is x) == (want is x)
+    assert (got.dtype, got.device, got.is_contiguous(), got.stride()) == \
+        (want.dtype, want.device, want.is_contiguous(), want.stride())
+    assert torch.equal(got.float(), want.float())
+
+
+def test_tensor_to_other_tensor_and_bad_arguments_behave_as_native(cpu_target):
+    x, y = torch.arange(4.0), torch.zeros(2, dtype=torch.float64)
+    assert x.to(y).dtype == torch.float64 and x.to(y, non_blocking=True).dtype == torch.float64
+    for args, kwargs in [(("cuda_model.pt",), {}), ((), {"bogus": 1}), ((object(),), {})]:
+        with pytest.raises((RuntimeError, TypeError)) as shim_error:
+            x.to(*args, **kwargs)
+        with pytest.raises(type(shim_error.value)):
+            torch._C.TensorBase.to(x, *args, **kwargs)
+
+
+def test_device_memo_is_safe_across_threads(cpu_target, monkeypatch):
+    """The last (argument, translation) pair is one tuple: threads alternating
+    different arguments never get another argument's translation."""
+    import threading
+
+    monkeypatch.setenv("TRANSFER_CPU_DEVICES", "2")
+    x = torch.ones(2)
+    specs = [("cuda:0", torch.float64), (torch.device("cuda", 1), torch.float16), ("cuda", torch.bfloat16)]
+    failures = []
+
+    def hammer(spec, dtype):
+        for _ in range(3000):
+            got = x.to(spec, dtype)
+            if got.dtype != dtype or got.device.type != "cpu":
+                failures.append((spec, got.dtype))
+            if x.to(spec) is not x:
+                failures.append((spec, "copy"))
+
+    threads = [threading.Thread(target=hammer, args=s) for s in specs * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    with pytest.raises(cpu_target.TransferError, match="cuda:5"):
+        x.to("cuda:5")  # the memo never answers for an argument it has not seen
+
+
 def test_factories_and_default_device(cpu_target):
     for make in (lambda: torch.zeros(3, device="cuda"), lambda: torch.randn(2, 2, device="cuda:0"),
                  lambda: torch.full((2,), 1.0, device=torch.device("cuda")), lambda: torch.arange(3, device=0),

@@ -18,22 +18,38 @@ import os
 import threading
 from typing import Any, Dict, Optional
 
-from .errors import (  # noqa: F401  (re-exported)
-    NoDeviceError,
-    TransferError,
-    UnknownDeviceError,
-    UnsupportedCudaAPI,
-    VendorPackageMissing,
-)
+_ERRORS = ("TransferError", "UnknownDeviceError", "VendorPackageMissing", "NoDeviceError", "UnsupportedCudaAPI")
 
 __version__ = "0.1.0"
-__all__ = ["install", "uninstall", "status", "report", "TransferError", "UnknownDeviceError",
-           "VendorPackageMissing", "NoDeviceError", "UnsupportedCudaAPI"]
+__all__ = ["install", "uninstall", "status", "report", *_ERRORS]
 
 logger = logging.getLogger("transfer")
 _lock = threading.RLock()
 _active: Optional[Any] = None  # the PatchContext of the installed target
 _outcome: Dict[str, Any] = {"active": False, "reason": "not installed"}
+
+
+def __getattr__(name: str) -> Any:
+    # The error classes load on first use: torch imports this package at every
+    # `import torch` (entry point below), where each module file costs ~0.3 ms.
+    if name in _ERRORS:
+        from . import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'transfer' has no attribute {name!r}")
+
+
+def torch_backend_entry_point() -> None:
+    """torch's backend autoload entry point (setup.cfg, group ``torch.backends``).
+
+    ``import torch`` calls it near the end of its own import, in every Python
+    process that imports torch: one environment lookup unless TRANSFER_DEVICE
+    is set, and no other module of transfer is loaded.
+    """
+    if os.environ.get("TRANSFER_DEVICE", "").strip():
+        from ._autoload import install_when_ready
+
+        install_when_ready()
 
 
 def install(device: Optional[str] = None) -> Dict[str, Any]:
@@ -48,6 +64,7 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
 
     from . import selection
+    from .errors import TransferError
 
     with _lock:
         wanted = selection.requested(device)

@@ -1,18 +1,10 @@
-"""torch's backend autoload entry point (group ``torch.backends``).
+"""Activation from the environment: TRANSFER_DEVICE, with no line in the script.
 
-``import torch`` calls `activate` near the end of its own import. It costs one
-environment lookup unless TRANSFER_DEVICE is set, so a process that never sets
-it, or never imports torch, is unaffected.
+`transfer.torch_backend_entry_point` (run by ``import torch``) and the
+transfer-run bootstrap call `install_when_ready` once TRANSFER_DEVICE is set.
 """
 
-import os
 import sys
-
-
-def activate() -> None:
-    if not os.environ.get("TRANSFER_DEVICE", "").strip():
-        return
-    install_when_ready()
 
 
 def install_when_ready() -> None:

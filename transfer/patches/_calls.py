@@ -15,6 +15,7 @@ from ..devices import DEVICE_SPEC_TYPES
 
 _MISS = object()
 _NO_ARG = object()  # no positional argument given
+_NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
 
 
 def _finish(wrapper: Callable, original: Callable, name: str) -> Callable:
@@ -43,12 +44,14 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False) 
     """
     translator = ctx.target.translator(api)
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
-    last = (_NO_ARG, _NO_ARG)  # (argument, translation)
+    last = _NOTHING_SEEN  # (argument, translation)
 
     def to(self, first=_NO_ARG, /, *args, **kwargs):
         nonlocal last
         seen = last
         if first is seen[0]:
+            if not args and not kwargs:
+                return original(self, seen[1])  # the training loop's call: nothing else to check
             first = seen[1]
         elif type(first) in spec_types:
             result = lookup(first, _MISS)

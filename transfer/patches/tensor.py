@@ -6,7 +6,7 @@ import inspect
 
 import torch
 
-from ._calls import _MISS, _NO_ARG, _finish, device_first, device_keyword
+from ._calls import _MISS, _NOTHING_SEEN, _finish, device_first, device_keyword
 from ..devices import DEVICE_SPEC_TYPES
 
 _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
@@ -36,7 +36,7 @@ def _cuda(ctx):
     translator = ctx.target.translator("Tensor.cuda")
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
     preserve = torch.preserve_format
-    last = (_NO_ARG, _NO_ARG)
+    last = _NOTHING_SEEN
 
     def translate(device):
         """The slow path: the memo missed."""
