@@ -18,12 +18,12 @@ Scripts, none of which mentions transfer:
   5 seed000   tests/scripts/seed000_sdaa_syncbn_demo.py, sdaa-native mp.spawn DDP + SyncBN, 4 ranks
   6 mmengine  tests/scripts/mmengine_like.py under torchrun, 2 ranks (seed 002's flow)
   7 multinode examples/ddp_syncbn.py from two `torchrun --nnodes=2 --node_rank=0/1` launchers,
-              NCCL_SOCKET_IFNAME=lo and NCCL_IB_DISABLE=1 set as a user would
+              NCCL_SOCKET_IFNAME=lo and NCCL_IB_DISABLE=1 set as a user would, each node
+              seeing one card (CUDA_VISIBLE_DEVICES=0 / 1)
   8 controls  scripts 2 and 6 without the shim, and script 2 with the distributed area disabled
 
 The covering subset (the full 8 x 4 x 3 product would take about an hour on two cores):
-every script runs on every target where it makes sense (seed000 is sdaa-native; multinode runs on
-cpu/npu/gcu, see MULTINODE below), and each way in is used on each target by script 1 or 2 (script 1
+every script runs on every target where it makes sense (seed000 is sdaa-native), and each way in is used on each target by script 1 or 2 (script 1
 with one way, script 2 with the other two, rotating). Scripts 3, 4, 6, 7 rotate the ways too.
 
 Asserted from outside each run: exit code 0 and no "terminate called"; from the stand-in's stats
@@ -32,7 +32,8 @@ files (SIM_ACCEL_STATS_DIR, one per process): the workers' tensors lived on ``<v
 ``backend``/``vendor`` right), launcher processes did no device work; every rank printed the same
 parameter digest on the expected device; for the DDP + SyncBatchNorm script (2, 7) rank 0's saved
 parameters and running statistics equal a single-process full-batch CPU run within 1e-5;
-TRANSFER_REPORT files name the target and backend, and for script 7 the vendor's socket variable.
+TRANSFER_REPORT files name the target and backend, and for script 7 the vendor's socket and
+visible-devices variables.
 
 Cells run in a pool of E2E_JOBS (default 2) threads, each bounded by CELL_TIMEOUT: a hang fails
 with the log. `python -m pytest tests/test_e2e_matrix.py -q --durations=15` shows the timings;
@@ -61,6 +62,7 @@ from conftest import EXAMPLES, SCRIPTS, VENDORS, clean_env, free_port, kill_grou
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
                  "gcu": "ECCL_SOCKET_IFNAME"}
+VISIBLE_DEVICES = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "sdaa": "SDAA_VISIBLE_DEVICES", "gcu": "TOPS_VISIBLE_DEVICES"}
 CELL_TIMEOUT = 420
 JOBS = max(1, int(os.environ.get("E2E_JOBS", "2")))
 IMPORT_LINE = "from transfer import auto as _  # the one line added to the script\n"
@@ -96,11 +98,11 @@ class Cell:
 # Heaviest first: the pool starts them in this order.
 CELLS = [
     Cell("seed000", "sdaa", "env"),
-    # multinode: sdaa is left out: two launchers on one host both put their rank on local device 0,
-    # which tccl (and the stand-in) refuses, and the stand-in has no SDAA_VISIBLE_DEVICES to
-    # separate them.
+    # multinode: two launchers on one host, each node seeing one card (CUDA_VISIBLE_DEVICES=0 / 1)
+    # as its local device 0; tccl's one-process-per-device rule holds because the cards differ.
     Cell("multinode", "cpu", "env"),
     Cell("multinode", "npu", "env"),
+    Cell("multinode", "sdaa", "import"),
     Cell("multinode", "gcu", "runner"),
     Cell("ddp", "cpu", "env"), Cell("ddp", "cpu", "runner"),
     Cell("ddp", "npu", "import"), Cell("ddp", "npu", "runner"),
@@ -186,10 +188,14 @@ def command(cell: Cell, script: str, args, workdir: str, launcher=()) -> list:
 
 
 def launch(outcome: Outcome, commands, env, timeout=CELL_TIMEOUT) -> None:
-    """Start every command at once (own sessions), wait for all, bounded by `timeout`."""
+    """Start every command at once (own sessions), wait for all, bounded by `timeout`.
+
+    `env` is one environment for all commands, or a list with one per command.
+    """
     start = time.monotonic()
-    procs = [subprocess.Popen(c, env=env, cwd=outcome.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True) for c in commands]
+    envs = env if isinstance(env, list) else [env] * len(commands)
+    procs = [subprocess.Popen(c, env=e, cwd=outcome.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True) for c, e in zip(commands, envs)]
     results, hung = [], False
     for cmd, proc in zip(commands, procs):
         left = max(1.0, timeout - (time.monotonic() - start))
@@ -241,15 +247,16 @@ def run_cell(cell: Cell, base: str) -> Outcome:
         launch(outcome, [command(cell, os.path.join(SCRIPTS, "mmengine_like.py"),
                                  ["--work-dir", os.path.join(workdir, "work_dirs")], workdir, torchrun())], env)
     elif cell.script == "multinode":
-        env = environment(cell, workdir, base, NCCL_SOCKET_IFNAME="lo", NCCL_IB_DISABLE=1)
         port = free_port()
-        commands = []
+        commands, envs = [], []
         for node in (0, 1):
             launcher = ["-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
                         "--master_addr=127.0.0.1", f"--master_port={port}"]
             commands.append(command(cell, os.path.join(EXAMPLES, "ddp_syncbn.py"), ["--out", out], workdir,
                                     launcher))
-        launch(outcome, commands, env)
+            envs.append(environment(cell, workdir, base, NCCL_SOCKET_IFNAME="lo", NCCL_IB_DISABLE=1,
+                                    CUDA_VISIBLE_DEVICES=node))
+        launch(outcome, commands, envs)
     else:
         raise AssertionError(cell)
     return outcome
@@ -403,8 +410,12 @@ def test_cell(cell, matrix):
         check_digests(outcome, 2, expected_devices(profile, [0, 0]))  # one rank per node: local device 0
         check_stats(outcome, [0, 0], distributed=True)
         check_matches_reference(os.path.join(outcome.workdir, "final.pt"))
-        for report in check_reports(outcome):  # the vendor's variable carries the interface
+        reports = check_reports(outcome)
+        for report in reports:  # the vendor's variables carry the interface and the node's card
             assert report["environment"].get(SOCKET_IFNAME[profile]) == "lo", report
+        if profile != "cpu":
+            visible = sorted(r["environment"].get(VISIBLE_DEVICES[profile]) for r in reports)
+            assert visible[0] == "0" and visible[-1] == "1", reports
         assert f"NCCL_IB_DISABLE has no equivalent for {BACKENDS[profile]}" in outcome.stderr, outcome.log()
     else:
         raise AssertionError(cell)
@@ -435,5 +446,5 @@ def test_the_matrix_covers_every_way_on_every_target():
         assert ways == {"import", "env", "runner"}, (profile, ways)
         for script in ("train", "ddp", "spawn", "dp", "mmengine"):
             assert any(c.script == script and c.profile == profile and not c.variant for c in CELLS), (script, profile)
-    assert {c.profile for c in CELLS if c.script == "multinode"} == {"cpu", "npu", "gcu"}
+    assert {c.profile for c in CELLS if c.script == "multinode"} == {"cpu", "npu", "sdaa", "gcu"}
     assert {(c.script, c.way) for c in CELLS if c.variant} >= {("ddp", "none"), ("mmengine", "none")}

@@ -250,6 +250,43 @@ def test_tccl_refuses_two_ranks_on_one_device(extension):
         assert "both use device sdaa:0" in line and "one process per device" in line, line
 
 
+TCCL_RANK = (
+    "import sys, torch, torch.distributed as dist, torch_sdaa\n"
+    "rank = int(sys.argv[1])\n"
+    "torch.sdaa.set_device(0)\n"
+    "try:\n"
+    "    dist.init_process_group('tccl', init_method='file://' + sys.argv[2], rank=rank, world_size=2)\n"
+    "except RuntimeError as exc:\n"
+    "    print('REFUSED', exc); sys.exit(0)\n"
+    "t = torch.ones(1, device='sdaa'); dist.all_reduce(t); print('SUM', t.item(), torch.sdaa.device_count())\n"
+    "dist.destroy_process_group()\n"
+)
+
+
+@pytest.mark.parametrize("visible, accepted", [(("0", "1"), True), (("2", "2"), False)])
+def test_visible_devices_select_physical_devices_for_tccl(extension, tmp_path, visible, accepted):
+    """SDAA_VISIBLE_DEVICES as on the real runtime: two launchers on one host, each seeing one
+    card as its local device 0 (how a two-node job is tried on one machine), are one process
+    per physical device; the same card twice is refused."""
+    store = str(tmp_path / "store")
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(
+            lambda r: run([sys.executable, "-c", TCCL_RANK, str(r), store],
+                          env=child_env(SDAA_VISIBLE_DEVICES=visible[r]), what=f"tccl rank {r}"),
+            (0, 1)))
+    if accepted:
+        assert all("SUM 2.0 1" in p.stdout for p in procs), [log_of(p) for p in procs]
+    else:
+        assert all("REFUSED" in p.stdout and "sdaa:2" in p.stdout for p in procs), [log_of(p) for p in procs]
+
+
+def test_visible_devices_list_stops_at_the_first_invalid_entry(extension):
+    code = "import torch, torch_npu; print(torch.npu.device_count())"
+    counts = [run([sys.executable, "-c", code], env=child_env(ASCEND_RT_VISIBLE_DEVICES=value)).stdout.strip()
+              for value in ("3,1", "1,9,2", "")]
+    assert counts == ["2", "1", "0"]
+
+
 @pytest.mark.parametrize("vendor", ["npu", "gcu"])
 def test_hccl_and_eccl_have_no_tccl_quirks(extension, vendor):
     code = (

@@ -33,6 +33,7 @@ _DEFAULT_DEVICE_COUNT = 4
 class VendorSpec:
     package: str  # "torch_npu"
     name: str  # device type: "npu"
+    visible_devices_env: str  # "ASCEND_RT_VISIBLE_DEVICES": which physical devices this process sees
     backend: str  # collective backend: "hccl"
     vendor: str  # "Huawei Ascend"
     api: tuple  # public names of torch.<name> (mirrors the real module)
@@ -57,6 +58,7 @@ def installed():
 
 
 def _device_count() -> int:
+    """Devices installed in the (simulated) machine."""
     raw = os.environ.get("SIM_ACCEL_DEVICE_COUNT", str(_DEFAULT_DEVICE_COUNT))
     try:
         count = int(raw)
@@ -65,6 +67,26 @@ def _device_count() -> int:
     if not 0 <= count <= 16:
         raise ImportError(f"SIM_ACCEL_DEVICE_COUNT must be between 0 and 16, got {count}")
     return count
+
+
+def visible_devices(spec: VendorSpec) -> list:
+    """Physical ids of the devices this process sees, in local-index order.
+
+    Like CUDA_VISIBLE_DEVICES on the real runtimes: a comma-separated list of
+    physical ids; the list stops at the first entry that is not a valid id
+    (so an empty value hides every device). Unset: every device.
+    """
+    installed = _device_count()
+    raw = os.environ.get(spec.visible_devices_env)
+    if raw is None:
+        return list(range(installed))
+    ids = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= installed or int(part) in ids:
+            break
+        ids.append(int(part))
+    return ids
 
 
 def install(spec: VendorSpec) -> types.ModuleType:
@@ -88,7 +110,8 @@ def install(spec: VendorSpec) -> types.ModuleType:
     from . import _build, _device_module, _distributed, _exit
 
     C = _build.load_extension()
-    C._init(_device_count())
+    physical = visible_devices(spec)
+    C._init(len(physical))
 
     torch.utils.rename_privateuse1_backend(spec.name)
     module = _device_module.build_device_module(spec, C)
@@ -99,7 +122,7 @@ def install(spec: VendorSpec) -> types.ModuleType:
         for_storage=True,
         unsupported_dtype=list(spec.unsupported_dtypes) or None,
     )
-    _distributed.register_backend(spec, C)
+    _distributed.register_backend(spec, C, physical)
     _exit.install(spec, C)
     _installed["state"] = (spec, module, C)
     return module

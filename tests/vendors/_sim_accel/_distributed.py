@@ -86,7 +86,7 @@ class _WorkAfter(dist._Work):
 class SimProcessGroup(dist.ProcessGroup):
     """Collective backend ``spec.backend`` for device type ``spec.name``."""
 
-    def __init__(self, spec, C, store, rank: int, size: int, timeout: datetime.timedelta):
+    def __init__(self, spec, C, store, rank: int, size: int, timeout: datetime.timedelta, physical=None):
         # torch 2.13 routes only the (rank, size) constructor through the
         # PyProcessGroup trampoline that lets C++ callers reach these methods.
         super().__init__(rank, size)
@@ -94,6 +94,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._C = C
         self._rank = rank
         self._size = size
+        self._physical = list(physical) if physical is not None else []
         self._check_rank_devices(store, rank, size, timeout)
         opts = dist.ProcessGroupGloo._Options()
         opts._timeout = timeout
@@ -116,7 +117,8 @@ class SimProcessGroup(dist.ProcessGroup):
             )
         if not spec.one_process_per_device:
             return
-        me = f"{socket.gethostname()}/{self._C.current_device()}"
+        local = self._C.current_device()
+        me = f"{socket.gethostname()}/{self._physical[local] if local < len(self._physical) else local}"
         store.set(f"sim_accel_device/{rank}", me)
         owners: dict[str, int] = {}
         for r in range(size):
@@ -401,8 +403,12 @@ class SimProcessGroup(dist.ProcessGroup):
             pass
 
 
-def register_backend(spec, C) -> None:
-    """Register ``spec.backend`` for device type ``spec.name``."""
+def register_backend(spec, C, physical) -> None:
+    """Register ``spec.backend`` for device type ``spec.name``.
+
+    `physical` maps local device indices to physical ids (the visible-devices
+    variable): tccl's one-process-per-device rule is about physical devices.
+    """
 
     if spec.extended_api:
 
@@ -414,12 +420,13 @@ def register_backend(spec, C) -> None:
                 dist_backend_opts.group_rank,
                 dist_backend_opts.group_size,
                 dist_backend_opts.timeout,
+                physical,
             )
 
     else:
 
         def creator(store, rank, size, timeout):
-            return SimProcessGroup(spec, C, store, rank, size, timeout)
+            return SimProcessGroup(spec, C, store, rank, size, timeout, physical)
 
     creator.__name__ = f"_new_process_group_{spec.backend}_helper"
     dist.Backend.register_backend(

@@ -22,6 +22,7 @@ __version__ = "2.13.0+sim"
 SPEC = VendorSpec(
     package="torch_gcu",
     name="gcu",
+    visible_devices_env="TOPS_VISIBLE_DEVICES",
     backend="eccl",
     vendor="Enflame",
     api=_api.COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",

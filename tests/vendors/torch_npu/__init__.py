@@ -26,6 +26,7 @@ __version__ = "2.13.0+sim"
 SPEC = VendorSpec(
     package="torch_npu",
     name="npu",
+    visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
     backend="hccl",
     vendor="Huawei Ascend",
     api=_api.COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",

@@ -29,6 +29,7 @@ _NOT_IN_SDAA = ("is_autocast_enabled", "set_autocast_enabled", "get_autocast_dty
 SPEC = VendorSpec(
     package="torch_sdaa",
     name="sdaa",
+    visible_devices_env="SDAA_VISIBLE_DEVICES",
     backend="tccl",
     vendor="Tecorigin",
     api=tuple(n for n in _api.COMMON if n not in _NOT_IN_SDAA),
