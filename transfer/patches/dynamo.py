@@ -17,9 +17,12 @@ def apply(ctx) -> None:
         def method_attr_is_cuda(self, tx):
             if self.device is None:
                 return original(self, tx)
-            from torch._dynamo.variables.base import VariableTracker
+            from torch._dynamo.variables import base, constant
 
-            return VariableTracker.build(tx, self.device.type == device_type)
+            answer = self.device.type == device_type
+            if hasattr(base.VariableTracker, "build"):
+                return base.VariableTracker.build(tx, answer)
+            return constant.ConstantVariable.create(answer)  # torch < 2.5
 
         method_attr_is_cuda.__wrapped__ = original
         return method_attr_is_cuda
