@@ -161,6 +161,15 @@ def bootstrap_median_diff(a: Sequence[float], b: Sequence[float], rounds: int = 
     return [quantile(diffs, 0.025), quantile(diffs, 0.975)]
 
 
+def bootstrap_median(values: Sequence[float], rounds: int = 2000, seed: int = 0) -> List[float]:
+    """95% bootstrap interval of median(values)."""
+    if not values:
+        return [float("nan"), float("nan")]
+    rng = random.Random(seed)
+    medians = [statistics.median([values[rng.randrange(len(values))] for _ in values]) for _ in range(rounds)]
+    return [quantile(medians, 0.025), quantile(medians, 0.975)]
+
+
 def ratio_record(shim: Sequence[float], native: Sequence[float], ratios: Sequence[float],
                  target: Optional[float], unit_scale: float = 1.0) -> Dict[str, Any]:
     """The standard record of one interleaved comparison."""
