@@ -10,7 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENDORS_DIR = os.path.join(ROOT, "tests", "vendors")
@@ -118,6 +118,37 @@ def import_vendor(target: str) -> Optional[str]:
         text = str(exc).strip().splitlines()
         return f"{package}: {type(exc).__name__}: {text[0] if text else ''}"[:400]
     return None
+
+
+def enter_child(target: str) -> Optional[Dict[str, Any]]:
+    """Start measuring in a child process: import the target's stand-in and use one
+    intra-op thread. Returns the 'unavailable' record if the stand-in cannot be
+    imported, else None."""
+    reason = import_vendor(target)
+    if reason:
+        return unavailable(reason)
+    import torch
+
+    torch.set_num_threads(1)
+    return None
+
+
+def finish_child(json_path: Optional[str], measure: Callable[[], Dict[str, Any]]) -> None:
+    """Run `measure`, write its result (or the error, with traceback) to `json_path`
+    (None: write nothing, e.g. a DDP rank other than 0), then leave at once:
+    os._exit skips interpreter teardown, where gloo/DDP objects and the stand-ins
+    may hang or abort (FACTS). Never returns."""
+    try:
+        result = measure()
+    except Exception as exc:  # report, don't hide
+        import traceback
+
+        result = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    if json_path is not None:
+        write_json(json_path, result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def unavailable(reason: str) -> Dict[str, Any]:

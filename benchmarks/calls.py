@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import sys
 import time
@@ -147,14 +146,13 @@ def _calibrate(timer: timeit.Timer, sample_s: float) -> int:
 def measure_target(target: str, quick: bool) -> Dict[str, Any]:
     """Run in the target's own process: every row, interleaved."""
     cfg = QUICK if quick else FULL
-    reason = C.import_vendor(target)
-    if reason:
-        return C.unavailable(reason)
+    unavailable = C.enter_child(target)
+    if unavailable:
+        return unavailable
     import torch
 
     import transfer
 
-    torch.set_num_threads(1)
     toggle = Toggle(target)
     # Sanity: the shim really translates, and uninstall really restores.
     toggle.set(True)
@@ -220,15 +218,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", required=True)
     args = parser.parse_args(argv)
-    try:
-        result = measure_target(args.target, args.quick)
-    except Exception as exc:  # report, don't hide
-        import traceback
-
-        result = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    C.write_json(args.json, result)
-    sys.stdout.flush()
-    os._exit(0)  # skip interpreter teardown (vendor stand-ins may abort there, see FACTS)
+    C.finish_child(args.json, lambda: measure_target(args.target, args.quick))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ stand-ins are measured too when they import, for information):
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any, Dict
@@ -109,14 +108,13 @@ def _fullgraph(fn, x, backend: str) -> Dict[str, Any]:
 
 
 def run_target(target: str, quick: bool) -> Dict[str, Any]:
-    reason = C.import_vendor(target)
-    if reason:
-        return C.unavailable(reason)
+    unavailable = C.enter_child(target)
+    if unavailable:
+        return unavailable
     import torch
 
     import transfer
 
-    torch.set_num_threads(1)
     cuda_fn, port_fn, checks, dev = _functions(target)
     torch.manual_seed(0)
     x = torch.ones(4).to(dev)
@@ -184,15 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", required=True)
     args = parser.parse_args(argv)
-    try:
-        result = run_target(args.target, args.quick)
-    except Exception as exc:
-        import traceback
-
-        result = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    C.write_json(args.json, result)
-    sys.stdout.flush()
-    os._exit(0)
+    C.finish_child(args.json, lambda: run_target(args.target, args.quick))
 
 
 if __name__ == "__main__":

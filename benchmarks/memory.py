@@ -13,7 +13,6 @@ taken per pair.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sys
 from typing import Any, Dict, List
@@ -36,12 +35,11 @@ def _rss_mib() -> float:
 
 
 def child(target: str, mode: str, steps: int) -> Dict[str, Any]:
-    reason = C.import_vendor(target)
-    if reason:
-        return C.unavailable(reason)
+    unavailable = C.enter_child(target)
+    if unavailable:
+        return unavailable
     import torch
 
-    torch.set_num_threads(1)
     from .workloads import CudaScript, HandPort, batches
 
     before = _rss_mib()
@@ -105,15 +103,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=FULL["steps"])
     parser.add_argument("--json", required=True)
     args = parser.parse_args(argv)
-    try:
-        result = child(args.target, args.mode, args.steps)
-    except Exception as exc:
-        import traceback
-
-        result = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    C.write_json(args.json, result)
-    sys.stdout.flush()
-    os._exit(0)
+    C.finish_child(args.json, lambda: child(args.target, args.mode, args.steps))
 
 
 if __name__ == "__main__":

@@ -112,12 +112,9 @@ def _interleave(target: str, kind: str, cfg: Dict[str, Any], ddp: bool, local_ra
 
 
 def single_child(target: str, quick: bool) -> Dict[str, Any]:
-    reason = C.import_vendor(target)
-    if reason:
-        return C.unavailable(reason)
-    import torch
-
-    torch.set_num_threads(1)
+    unavailable = C.enter_child(target)
+    if unavailable:
+        return unavailable
     cfg = QUICK if quick else FULL
     out = {"status": "ok", "target": target, "models": {}}
     for kind in KINDS:
@@ -126,13 +123,11 @@ def single_child(target: str, quick: bool) -> Dict[str, Any]:
 
 
 def ddp_rank(target: str, quick: bool) -> Dict[str, Any]:
-    reason = C.import_vendor(target)
-    if reason:
-        return C.unavailable(reason)
-    import torch
+    unavailable = C.enter_child(target)
+    if unavailable:
+        return unavailable
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
     cfg = QUICK if quick else FULL
     local_rank = int(os.environ["LOCAL_RANK"])
     out = {"status": "ok", "target": target, "models": {}, "world_size": int(os.environ["WORLD_SIZE"])}
@@ -223,19 +218,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", required=True)
     args = parser.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    try:
-        result = single_child(args.target, args.quick) if args.mode == "single" else ddp_rank(args.target, args.quick)
-    except Exception as exc:
-        import traceback
-
-        result = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    if rank == 0:
-        C.write_json(args.json, result)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: gloo/DDP objects may hang or abort at exit (FACTS).
-    os._exit(0)
+    measure = single_child if args.mode == "single" else ddp_rank
+    rank_zero = os.environ.get("RANK", "0") == "0"
+    C.finish_child(args.json if rank_zero else None, lambda: measure(args.target, args.quick))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,59 @@ def cpu_target(monkeypatch):
     transfer.uninstall()
 
 
+@pytest.fixture
+def install_cpu(monkeypatch):
+    """install_cpu(NAME=value, ...): transfer installed for the cpu target with those
+    environment variables set (None: unset); returns status(). Uninstalled after the test."""
+    import transfer
+
+    def install(**env):
+        transfer.uninstall()
+        monkeypatch.setenv("TRANSFER_QUIET", "1")
+        for name, value in env.items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, str(value))
+        return transfer.install("cpu")
+
+    yield install
+    transfer.uninstall()
+
+
+def load_example(name):
+    """examples/<name>.py as a module under a private name (tests/scripts has a `ddp_syncbn` too)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_full_batch = {}
+
+
+def full_batch_reference():
+    """examples/ddp_syncbn.py's model trained in one process on the full batch (plain BatchNorm,
+    CPU, no transfer): what a DDP + SyncBatchNorm run must end with. Computed once."""
+    if not _full_batch:
+        import torch
+
+        example = load_example("ddp_syncbn")
+        model = example.build_model()
+        optimizer = example.make_optimizer(model)
+        criterion = torch.nn.CrossEntropyLoss()
+        data = example.build_dataset()
+        for step in range(example.STEPS):
+            x, y = data[step * example.GLOBAL_BATCH:(step + 1) * example.GLOBAL_BATCH]
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+        _full_batch.update(model.state_dict())
+    return _full_batch
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -201,18 +201,10 @@ def test_autocast_and_grad_scaler(cpu_target):
     assert scaler2._device == "cpu"
 
 
-def test_fp16_policy_can_be_kept(monkeypatch):
-    import transfer
-
-    monkeypatch.setenv("TRANSFER_CPU_AMP_DTYPE", "float16")
-    monkeypatch.setenv("TRANSFER_QUIET", "1")
-    transfer.uninstall()
-    transfer.install("cpu")
-    try:
-        with torch.autocast("cuda", dtype=torch.float16):
-            assert nn.Linear(2, 2)(torch.randn(1, 2)).dtype == torch.float16
-    finally:
-        transfer.uninstall()
+def test_fp16_policy_can_be_kept(install_cpu):
+    install_cpu(TRANSFER_CPU_AMP_DTYPE="float16")
+    with torch.autocast("cuda", dtype=torch.float16):
+        assert nn.Linear(2, 2)(torch.randn(1, 2)).dtype == torch.float16
 
 
 def saved(obj, location="cpu"):

@@ -7,21 +7,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from conftest import EXAMPLES, clean_env, free_port, python
+from conftest import EXAMPLES, clean_env, free_port, full_batch_reference, python
 from transfer.patches.distributed import translate_backend
-
-
-def _example(name):
-    """Load examples/<name>.py under a private module name: tests/scripts has a `ddp_syncbn` too."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ddp_syncbn = _example("ddp_syncbn")  # the example's model and data, for the reference run
 
 
 class Ctx:
@@ -57,18 +44,6 @@ def test_single_rank_nccl_ddp_with_device_ids(cpu_target, tmp_path):
         dist.destroy_process_group()
 
 
-def reference_state():
-    """The example trained in one process on the full batch, plain BatchNorm."""
-    model = ddp_syncbn.build_model()
-    optimizer = ddp_syncbn.make_optimizer(model)
-    criterion = nn.CrossEntropyLoss()
-    data = ddp_syncbn.build_dataset()
-    for step in range(ddp_syncbn.STEPS):
-        x, y = data[step * ddp_syncbn.GLOBAL_BATCH:(step + 1) * ddp_syncbn.GLOBAL_BATCH]
-        optimizer.zero_grad()
-        criterion(model(x), y).backward()
-        optimizer.step()
-    return model.state_dict()
 
 
 def test_torchrun_ddp_syncbn_matches_full_batch(tmp_path):
@@ -77,7 +52,7 @@ def test_torchrun_ddp_syncbn_matches_full_batch(tmp_path):
                   os.path.join(EXAMPLES, "ddp_syncbn.py"), "--out", str(out),
                   env=clean_env(TRANSFER_DEVICE="cpu"), timeout=300)
     assert "saved" in proc.stdout
-    got, expected = torch.load(out), reference_state()
+    got, expected = torch.load(out), full_batch_reference()
     assert got.keys() == expected.keys()
     for key in expected:
         assert torch.allclose(got[key].double(), expected[key].double(), atol=1e-5, rtol=0), key

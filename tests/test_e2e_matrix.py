@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conftest import EXAMPLES, SCRIPTS, VENDORS, clean_env, free_port, kill_group
+from conftest import EXAMPLES, SCRIPTS, VENDORS, clean_env, free_port, full_batch_reference, kill_group
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
@@ -70,17 +70,6 @@ IMPORT_LINE = "from transfer import auto as _  # the one line added to the scrip
 DIGEST = re.compile(r"rank (\d+): parameters ([0-9a-f]{16}) on (cpu|[a-z]+:\d+)")
 
 
-def _load_example(name):
-    """An example as a module of its own name-spaced name (no `ddp_syncbn` in sys.modules)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"e2e_example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ddp_syncbn = _load_example("ddp_syncbn")  # model and data of script 2, for the CPU reference
 
 
 @dataclass(frozen=True)
@@ -302,23 +291,6 @@ def matrix(request, tmp_path_factory, extension):
 
 # ---------------------------------------------------------------- checks
 
-_reference = {}
-
-
-def reference_state():
-    """Script 2's model trained in one process on the full batch (plain BatchNorm, CPU, no transfer)."""
-    if not _reference:
-        model = ddp_syncbn.build_model()
-        optimizer = ddp_syncbn.make_optimizer(model)
-        criterion = torch.nn.CrossEntropyLoss()
-        data = ddp_syncbn.build_dataset()
-        for step in range(ddp_syncbn.STEPS):
-            x, y = data[step * ddp_syncbn.GLOBAL_BATCH:(step + 1) * ddp_syncbn.GLOBAL_BATCH]
-            optimizer.zero_grad()
-            criterion(model(x), y).backward()
-            optimizer.step()
-        _reference.update(model.state_dict())
-    return _reference
 
 
 def check_ok(outcome: Outcome) -> None:
@@ -370,7 +342,7 @@ def check_reports(outcome: Outcome) -> list:
 
 
 def check_matches_reference(path: str) -> None:
-    got, expected = torch.load(path, map_location="cpu"), reference_state()
+    got, expected = torch.load(path, map_location="cpu"), full_batch_reference()
     assert got.keys() == expected.keys()
     assert any("running_var" in k for k in expected)  # running statistics are compared too
     for key, value in expected.items():

@@ -72,34 +72,21 @@ def test_install_is_thread_safe(monkeypatch):
         transfer.uninstall()
 
 
-def test_disable_skips_named_patches_and_areas(monkeypatch):
-    monkeypatch.setenv("TRANSFER_QUIET", "1")
-    monkeypatch.setenv("TRANSFER_DISABLE", "tensor.is_cuda,factories")
-    transfer.uninstall()
-    transfer.install("cpu")
-    try:
-        info = transfer.status()
-        assert "tensor.to" in info["patches"] and "tensor.is_cuda" not in info["patches"]
-        assert not any(p.startswith("factories.") for p in info["patches"])
-        assert info["disabled"] == ["factories", "tensor.is_cuda"]
-        assert not torch.ones(1).is_cuda
-        assert torch.ones(1).cuda().device.type == "cpu"
-    finally:
-        transfer.uninstall()
+def test_disable_skips_named_patches_and_areas(install_cpu):
+    info = install_cpu(TRANSFER_DISABLE="tensor.is_cuda,factories")
+    assert "tensor.to" in info["patches"] and "tensor.is_cuda" not in info["patches"]
+    assert not any(p.startswith("factories.") for p in info["patches"])
+    assert info["disabled"] == ["factories", "tensor.is_cuda"]
+    assert not torch.ones(1).is_cuda
+    assert torch.ones(1).cuda().device.type == "cpu"
 
 
-def test_strict_mode_turns_warnings_into_errors(monkeypatch):
-    monkeypatch.setenv("TRANSFER_QUIET", "1")
-    monkeypatch.setenv("TRANSFER_STRICT", "1")
-    transfer.uninstall()
-    transfer.install("cpu")
-    try:
-        with pytest.raises(UnsupportedCudaAPI, match="max_memory_allocated"):
-            torch.cuda.max_memory_allocated()
-        with pytest.raises(UnsupportedCudaAPI, match="TRANSFER_STRICT"):
-            torch.cuda.nvtx.range_push("step")
-    finally:
-        transfer.uninstall()
+def test_strict_mode_turns_warnings_into_errors(install_cpu):
+    install_cpu(TRANSFER_STRICT=1)
+    with pytest.raises(UnsupportedCudaAPI, match="max_memory_allocated"):
+        torch.cuda.max_memory_allocated()
+    with pytest.raises(UnsupportedCudaAPI, match="TRANSFER_STRICT"):
+        torch.cuda.nvtx.range_push("step")
 
 
 def test_unknown_device_lists_choices():
