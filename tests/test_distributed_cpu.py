@@ -57,3 +57,19 @@ def test_torchrun_ddp_syncbn_matches_full_batch(tmp_path):
     for key in expected:
         assert torch.allclose(got[key].double(), expected[key].double(), atol=1e-5, rtol=0), key
     assert any("running_var" in k for k in expected)  # running stats are compared too
+
+
+def test_a_misconfigured_interface_fails_at_once_and_says_what_transfer_changed():
+    """Seed 004: a launch misconfiguration must not become a silent hang. The backend's own
+    error comes at once, with a note naming the translation the user never wrote."""
+    code = (
+        "import torch, torch.distributed as dist\n"
+        f"dist.init_process_group('nccl', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)\n"
+    )
+    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, NCCL_SOCKET_IFNAME="nosuchif0")
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    proc = python("-c", code, env=env, check=False, timeout=60)
+    assert proc.returncode != 0, proc.stdout
+    assert "nosuchif0" in proc.stderr, proc.stderr
+    assert "transfer: init_process_group ran with backend 'gloo' (the script asked for 'nccl')" in proc.stderr
+    assert "GLOO_SOCKET_IFNAME=nosuchif0" in proc.stderr, proc.stderr

@@ -56,6 +56,7 @@ def apply(ctx) -> None:
     translate_device = ctx.target.translator("init_process_group(device_id)")
 
     def init_process_group(wrapped, instance, args, kwargs):
+        asked = args[0] if args else kwargs.get("backend")
         if args:
             args = (translate_backend(ctx, args[0]),) + tuple(args[1:])
         else:
@@ -64,7 +65,13 @@ def apply(ctx) -> None:
             kwargs["device_id"] = translate_device(kwargs["device_id"])
         if ctx.profile.set_device_before_init and not ctx.device_selected:
             _select_device_for_rank(ctx, kwargs.get("rank", args[4] if len(args) > 4 else -1))
-        return wrapped(*args, **kwargs)
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception as exc:
+            # A misconfiguration (a wrong interface, an unreachable master) surfaces as the
+            # backend's own error; say what transfer changed, since the user never wrote it.
+            _explain(exc, ctx, asked, args[0] if args else kwargs.get("backend"))
+            raise
 
     def new_group(wrapped, instance, args, kwargs):
         if len(args) > 2:
@@ -82,6 +89,15 @@ def apply(ctx) -> None:
         reg.wrap("distributed.init_process_group" + suffix, owner, "init_process_group", init_process_group)
         reg.wrap("distributed.new_group" + suffix, owner, "new_group", new_group)
         reg.replace("distributed.is_nccl_available" + suffix, owner, "is_nccl_available", lambda: True)
+
+
+def _explain(exc: BaseException, ctx, asked, used) -> None:
+    if not hasattr(exc, "add_note"):  # Python < 3.11
+        return
+    changes = ", ".join(f"{k}={v}" for k, v in ctx.env_changes.items()) or "none"
+    exc.add_note(f"transfer: init_process_group ran with backend {used!r} (the script asked for {asked!r}); "
+                 f"environment variables set by transfer: {changes}. "
+                 f"TRANSFER_DISABLE=distributed leaves init_process_group untranslated.")
 
 
 def _select_device_for_rank(ctx, rank) -> None:
