@@ -5,6 +5,7 @@ transfer-run bootstrap call `install_when_ready` once TRANSFER_DEVICE is set.
 """
 
 import sys
+from importlib.machinery import ModuleSpec  # loaded by every interpreter already
 
 
 def install_when_ready() -> None:
@@ -54,35 +55,26 @@ def _after_import(name: str, callback) -> bool:
     Post-import hooks (wrapt's) fire at once for a module already in
     sys.modules, half imported or not, so this hooks the end of the import
     itself: importlib clears ``spec._initializing`` in a ``finally`` once the
-    module's code has run (CPython 3.4 onwards). The spec's class becomes a
-    subclass that notices that assignment and restores itself. Returns False
-    when the module has no ordinary spec (nothing hooked).
+    module's code has run (CPython 3.4 onwards). The spec's class becomes
+    `_SpecNotifyingEnd`, which notices that assignment and restores itself.
+    Returns False when the module has no ordinary spec (nothing hooked).
     """
-    import importlib.machinery
-
     spec = getattr(sys.modules.get(name), "__spec__", None)
-    if not isinstance(spec, importlib.machinery.ModuleSpec):
-        return False
-    if type(spec) is importlib.machinery.ModuleSpec:
+    if type(spec) is ModuleSpec:
         object.__setattr__(spec, "_transfer_on_loaded", [])
-        spec.__class__ = _spec_notifying_end()
-    elif not hasattr(spec, "_transfer_on_loaded"):
-        return False  # some other ModuleSpec subclass: leave it alone
+        spec.__class__ = _SpecNotifyingEnd
+    elif type(spec) is not _SpecNotifyingEnd:
+        return False  # no spec, or some other ModuleSpec subclass: leave it alone
     spec._transfer_on_loaded.append(callback)
     return True
 
 
-def _spec_notifying_end():
-    import importlib.machinery
-
-    class SpecNotifyingEnd(importlib.machinery.ModuleSpec):
-        def __setattr__(self, attribute, value):
-            object.__setattr__(self, attribute, value)
-            if attribute == "_initializing" and not value:
-                object.__setattr__(self, "__class__", importlib.machinery.ModuleSpec)
-                callbacks = self.__dict__.pop("_transfer_on_loaded", [])
-                if self.name in sys.modules:  # a failed import removed it: nothing to wait for
-                    for callback in callbacks:
-                        callback()
-
-    return SpecNotifyingEnd
+class _SpecNotifyingEnd(ModuleSpec):
+    def __setattr__(self, attribute, value):
+        object.__setattr__(self, attribute, value)
+        if attribute == "_initializing" and not value:
+            object.__setattr__(self, "__class__", ModuleSpec)
+            callbacks = self.__dict__.pop("_transfer_on_loaded", [])
+            if self.name in sys.modules:  # a failed import removed it: nothing to wait for
+                for callback in callbacks:
+                    callback()

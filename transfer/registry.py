@@ -56,8 +56,9 @@ class Registry:
 
     def __init__(self, disabled: Iterable[str] = ()):
         self.disabled = frozenset(n.strip() for n in disabled if n.strip())
-        self._records: List[Record] = []
-        self._by_target: Dict[tuple, Record] = {}  # (id(owner), attribute) -> record
+        # (id(owner), attribute) -> record, in the order applied. Keyed by id(): the
+        # record holds `owner`, so the id cannot be reused meanwhile.
+        self._records: Dict[tuple, Record] = {}
         self._undo: List[tuple] = []  # (name, callable)
         self._lock = threading.RLock()
         self._reverted = False  # set by revert_all: late post-import hooks do nothing
@@ -82,8 +83,7 @@ class Registry:
             own = vars(owner).get(attribute, _MISSING) if hasattr(owner, "__dict__") else _MISSING
             wrapt.apply_patch(owner, attribute, replacement)
             record = Record(name, owner, attribute, original, replacement, own)
-            self._records.append(record)
-            self._by_target[(id(owner), attribute)] = record
+            self._records[(id(owner), attribute)] = record
             return record
 
     def wrap(self, name: str, owner: Any, attribute: str, wrapper: Callable) -> Optional[Record]:
@@ -141,7 +141,7 @@ class Registry:
                 except Exception as exc:  # keep reverting the rest
                     errors.append(f"{name}: {exc}")
             self._undo.clear()
-            for record in reversed(self._records):
+            for record in reversed(list(self._records.values())):
                 if record.own is _MISSING:
                     try:
                         delattr(record.owner, record.attribute)
@@ -152,13 +152,11 @@ class Registry:
                 else:
                     setattr(record.owner, record.attribute, record.own)
             self._records.clear()
-            self._by_target.clear()
             if errors:
                 raise TransferError("could not revert: " + "; ".join(errors))
 
     def record_for(self, owner: Any, attribute: str) -> Optional[Record]:
-        # Keyed by id(): the record holds `owner`, so the id cannot be reused meanwhile.
-        return self._by_target.get((id(owner), attribute))
+        return self._records.get((id(owner), attribute))
 
     def is_patched(self, owner: Any, attribute: str) -> bool:
         return self.record_for(owner, attribute) is not None
@@ -173,10 +171,10 @@ class Registry:
         return record.original
 
     def names(self) -> List[str]:
-        return [r.name for r in self._records] + [n for n, _ in self._undo]
+        return [r.name for r in self._records.values()] + [n for n, _ in self._undo]
 
     def records(self) -> List[Record]:
-        return list(self._records)
+        return list(self._records.values())
 
 
 def _has_in_mro(owner: Any, attribute: str) -> bool:

@@ -6,7 +6,7 @@ import inspect
 
 import torch
 
-from ._calls import _MISS, _NOTHING_SEEN, _finish, device_first, device_keyword
+from ._calls import _NOTHING_SEEN, _finish, device_first, device_keyword
 from ..devices import DEVICE_SPEC_TYPES
 
 _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
@@ -34,7 +34,6 @@ def _cuda(ctx):
     ends in the C `Tensor.cpu`, ~200 ns cheaper than `Tensor.to`.
     """
     translator = ctx.target.translator("Tensor.cuda")
-    lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
     preserve = torch.preserve_format
     last = _NOTHING_SEEN
 
@@ -42,12 +41,9 @@ def _cuda(ctx):
         """The slow path: the memo missed."""
         nonlocal last
         spec = "cuda" if device is None else device  # None: the current device
-        if type(spec) not in spec_types:
-            return spec
-        result = lookup(spec, _MISS)
-        if result is _MISS:
-            result = miss(spec)
-        last = (device, result)
+        result = translator(spec)
+        if type(spec) in DEVICE_SPEC_TYPES:
+            last = (device, result)
         return result
 
     if ctx.profile.is_cpu:

@@ -86,7 +86,7 @@ class _WorkAfter(dist._Work):
 class SimProcessGroup(dist.ProcessGroup):
     """Collective backend ``spec.backend`` for device type ``spec.name``."""
 
-    def __init__(self, spec, C, store, rank: int, size: int, timeout: datetime.timedelta, physical=None):
+    def __init__(self, spec, C, store, rank: int, size: int, timeout: datetime.timedelta, physical: list):
         # torch 2.13 routes only the (rank, size) constructor through the
         # PyProcessGroup trampoline that lets C++ callers reach these methods.
         super().__init__(rank, size)
@@ -94,7 +94,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._C = C
         self._rank = rank
         self._size = size
-        self._physical = list(physical) if physical is not None else []
+        self._physical = physical  # local device index -> physical id
         self._check_rank_devices(store, rank, size, timeout)
         opts = dist.ProcessGroupGloo._Options()
         opts._timeout = timeout
@@ -117,8 +117,7 @@ class SimProcessGroup(dist.ProcessGroup):
             )
         if not spec.one_process_per_device:
             return
-        local = self._C.current_device()
-        me = f"{socket.gethostname()}/{self._physical[local] if local < len(self._physical) else local}"
+        me = f"{socket.gethostname()}/{self._physical[self._C.current_device()]}"
         store.set(f"sim_accel_device/{rank}", me)
         owners: dict[str, int] = {}
         for r in range(size):
