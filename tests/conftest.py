@@ -9,6 +9,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# nox sessions run this suite from a copy of tests/ outside the checkout against the installed wheel.
+INSTALLED = os.environ.get("TRANSFER_TEST_INSTALLED") == "1"
 VENDORS = os.path.join(ROOT, "tests", "vendors")
 EXAMPLES = os.path.join(ROOT, "examples")
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
@@ -125,6 +127,16 @@ def kill_group(proc):
 
 def python(*args, **kwargs):
     return run([sys.executable, *args], **kwargs)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "compat: the compat suite, run on every torch of the matrix (nox -s compat)")
+
+
+def pytest_report_header(config):
+    import transfer
+
+    return f"transfer under test: {os.path.dirname(transfer.__file__)} ({'installed wheel' if INSTALLED else 'checkout'})"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

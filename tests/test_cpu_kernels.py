@@ -9,9 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transfer
 from transfer import cpu_kernels
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The copy of transfer under test: the checkout, or the installed wheel (nox sessions).
+PACKAGE_DIR = os.path.dirname(os.path.abspath(transfer.__file__))
 EPS = 1e-5
 MOMENTUM = 0.1
 
@@ -330,7 +332,7 @@ def test_two_process_gloo_sync_batchnorm(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
     env = dict(os.environ)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.path.dirname(PACKAGE_DIR) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = str(tmp_path / "store")
     procs = [
@@ -419,7 +421,7 @@ def test_register_idempotent_and_destroy_restores_not_implemented():
 
 def test_import_is_cheap():
     # Load the file directly so a (future) transfer/__init__.py does not interfere.
-    path = os.path.join(REPO_ROOT, "transfer", "cpu_kernels.py")
+    path = os.path.join(PACKAGE_DIR, "cpu_kernels.py")
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('cpu_kernels', {path!r})\n"

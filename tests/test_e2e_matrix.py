@@ -351,7 +351,14 @@ def check_matches_reference(path: str) -> None:
 
 # ---------------------------------------------------------------- the tests
 
-@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
+# The cells of the compat suite (nox -s compat runs them on every torch of the matrix): the unmodified
+# CUDA example on a stand-in through two ways in, torchrun DDP + SyncBatchNorm parity on the cpu
+# target and on a stand-in, and seed 000's own script.
+COMPAT_CELLS = {"ddp-cpu-env", "ddp-sdaa-env", "train-npu-env", "train-sdaa-runner", "seed000-sdaa-env"}
+
+
+@pytest.mark.parametrize("cell", [pytest.param(c, marks=[pytest.mark.compat] if c.id in COMPAT_CELLS else [])
+                                  for c in CELLS], ids=lambda c: c.id)
 def test_cell(cell, matrix):
     outcome = matrix[cell.id].result()
     profile = cell.profile
@@ -409,6 +416,10 @@ def check_control(outcome: Outcome) -> None:
         assert "module parameters {device(type='cpu')}" in outcome.stderr, outcome.log()
     else:
         raise AssertionError(cell)
+
+
+def test_compat_cells_exist():
+    assert COMPAT_CELLS <= {c.id for c in CELLS}
 
 
 def test_the_matrix_covers_every_way_on_every_target():

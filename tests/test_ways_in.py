@@ -8,6 +8,8 @@ import pytest
 
 from conftest import EXAMPLES, clean_env, python, run
 
+pytestmark = pytest.mark.compat  # every way in, from the installed wheel, on every torch of the matrix
+
 TRAIN = os.path.join(EXAMPLES, "train_cuda.py")
 PROBE = "import torch; print('cuda', torch.cuda.is_available(), torch.ones(1).cuda().device)"
 

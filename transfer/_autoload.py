@@ -1,11 +1,53 @@
 """Activation from the environment: TRANSFER_DEVICE, with no line in the script.
 
-`transfer.torch_backend_entry_point` (run by ``import torch``) and the
-transfer-run bootstrap call `install_when_ready` once TRANSFER_DEVICE is set.
+Three triggers lead here, whichever fires first installs and the others find
+it active (`transfer.install` is idempotent):
+
+- ``transfer.pth`` (installed with the wheel into site-packages) calls `arm`
+  at interpreter start when TRANSFER_DEVICE is set: every torch, and torch
+  2.5+ with its backend autoload switched off (TORCH_DEVICE_BACKEND_AUTOLOAD=0);
+- torch's ``torch.backends`` entry point (torch 2.5+) calls
+  `install_when_ready` near the end of ``import torch``;
+- transfer-run's bootstrap sitecustomize calls `arm`.
 """
 
+import os
 import sys
 from importlib.machinery import ModuleSpec  # loaded by every interpreter already
+
+_armed = False
+
+
+def arm() -> None:
+    """Install transfer right after torch is imported (at once if it already is).
+
+    Nothing is imported until torch is: a Python process that never imports
+    torch is unaffected. Called once per process; later calls do nothing.
+    """
+    global _armed
+    if _armed:
+        return
+    _armed = True
+    import wrapt
+
+    def on_torch(module):
+        install_when_ready()
+
+    wrapt.register_post_import_hook(on_torch, "torch")
+
+
+def arm_from_pth() -> None:
+    """What ``transfer.pth`` runs at interpreter start once TRANSFER_DEVICE is set.
+
+    Never raises: a broken transfer must not break Python. It says so instead,
+    since the user asked for transfer and would otherwise run without it.
+    """
+    try:
+        if os.environ.get("TRANSFER_DEVICE", "").strip():
+            arm()
+    except Exception as exc:  # pragma: no cover - shown on stderr
+        sys.stderr.write(f"transfer: TRANSFER_DEVICE is set, but transfer could not arm itself ({exc!r}); "
+                         "the program runs without it. Reinstall transfer, or unset TRANSFER_DEVICE.\n")
 
 
 def install_when_ready() -> None:

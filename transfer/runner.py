@@ -31,18 +31,6 @@ def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) ->
     env["PYTHONPATH"] = os.pathsep.join(parts)
 
 
-def activate_on_torch_import() -> None:
-    """Install transfer right after torch is imported (at once if it already is)."""
-    import wrapt
-
-    def on_torch(module):
-        from ._autoload import install_when_ready
-
-        install_when_ready()
-
-    wrapt.register_post_import_hook(on_torch, "torch")
-
-
 def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
                                      "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off).")
@@ -89,7 +77,9 @@ def run_python(argv: Optional[List[str]] = None) -> int:
                   "python -m transfer [--device X] script.py [args...] | -m module [args...]", argv)
     if args is None:
         return 2
-    activate_on_torch_import()
+    from ._autoload import arm
+
+    arm()
     command = args.command
     if command[0] == "-m" and len(command) > 1:
         sys.argv = command[1:]

@@ -27,11 +27,11 @@ def _arm():
     if not os.environ.get("TRANSFER_DEVICE", "").strip():
         return
     try:
-        from transfer.runner import activate_on_torch_import
+        from transfer._autoload import arm
     except ImportError as exc:  # never break an interpreter over this
         sys.stderr.write(f"transfer bootstrap: cannot import transfer ({exc}); running without it\n")
         return
-    activate_on_torch_import()
+    arm()
 
 
 _arm()

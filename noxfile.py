@@ -1,0 +1,165 @@
+"""Test sessions: the wheel users install, on the torch versions they have.
+
+    nox -s tests                 the full suite on the default torch (2.13.0, Python 3.11)
+    nox -s compat                the compat suite on the CI pairs (torch 2.0.1/Py 3.8, 2.1.2/3.10, 2.14.1/3.12)
+    nox -s compat -- 2.6.0 2.9.1 ... on those torch versions (each with its Python from TORCH_PYTHON)
+    nox -s compat -- all         ... on every minor release from 2.0 to 2.14 (about 15 x 5 GB of venvs)
+
+Every session builds the wheel from this checkout, installs it (with its
+dependencies, so the dependency specification is exercised) into a fresh
+virtual environment that already holds the torch under test, checks that
+installing left that torch exactly as it was, and runs the tests from a copy
+of tests/ + examples/ + benchmarks/ outside the checkout: ``import transfer``
+can only find the installed copy (TRANSFER_TEST_INSTALLED=1 makes the suite
+assert it). Virtual environments live in .nox/<session>-torch-<version>;
+one is reused when it already holds that torch (TRANSFER_NOX_FRESH=1 rebuilds).
+`nox -s compat --install-only` prepares the environments without testing
+(.ci/run does that in the background while the full suite runs).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import nox
+
+nox.options.sessions = ["tests", "compat"]
+nox.options.download_python = "never"
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+WORK = os.path.join(ROOT, ".nox")
+
+#: The torch releases we support, each with the Python it is tested on. Together they span
+#: Python 3.8-3.12; each pair is one torch ships a wheel for (2.5+ has none for 3.8).
+TORCH_PYTHON = {
+    "2.0.1": "3.8",
+    "2.1.2": "3.10",
+    "2.2.2": "3.9",
+    "2.3.1": "3.11",
+    "2.4.1": "3.8",
+    "2.5.1": "3.9",
+    "2.6.0": "3.10",
+    "2.7.1": "3.12",
+    "2.8.0": "3.11",
+    "2.9.1": "3.12",
+    "2.10.0": "3.10",
+    "2.11.0": "3.12",
+    "2.12.0": "3.11",
+    "2.13.0": "3.11",  # the local CPU build: the default torch of `nox -s tests`
+    "2.14.1": "3.12",
+}
+DEFAULT_TORCH = "2.13.0"
+CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
+TEST_TREE = ("tests", "examples", "benchmarks", "README.md", "CHANGELOG.md", "setup.cfg")
+TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis"]
+
+
+def find_python(version: str) -> str:
+    """The interpreter for "X.Y": on PATH, else under pyenv (whose shims refuse versions not selected)."""
+    candidates = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+    found = shutil.which(f"python{version}")
+    for path in [*candidates[::-1], *([found] if found else [])]:
+        if subprocess.run([path, "-c", "pass"], capture_output=True).returncode == 0:
+            return path
+    raise nox.command.CommandFailed(f"Python {version} not found (looked on PATH and in ~/.pyenv/versions)")
+
+
+def build_wheel(session: nox.Session) -> str:
+    dist = os.path.join(WORK, "dist")
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
+    (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
+    return wheel
+
+
+def torch_requirements(torch: str) -> list:
+    extra = ["numpy<2"] if tuple(map(int, torch.split(".")[:2])) < (2, 3) else ["numpy"]  # built against NumPy 1
+    return [f"torch=={torch}", *extra]
+
+
+def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=()) -> str:
+    """A venv holding torch==`torch`, the test requirements and the wheel; returns its python."""
+    venv = os.path.join(WORK, f"{name}-torch-{torch}")
+    python = os.path.join(venv, "bin", "python")
+    fresh = os.environ.get("TRANSFER_NOX_FRESH") or not os.path.exists(python)
+    if not fresh and installed_torch(python) != torch:
+        fresh = True
+    if fresh:
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run_install(find_python(TORCH_PYTHON[torch]), "-m", "venv", venv, external=True)
+        session.run_install(python, "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
+        session.run_install(python, "-m", "pip", "install", "-q", *torch_requirements(torch), *TEST_REQUIREMENTS,
+                            *extra, external=True)
+    before = installed_torch(python)
+    session.run_install(python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", wheel, external=True)
+    session.run_install(python, "-m", "pip", "install", "-q", wheel, external=True)  # resolves the dependencies
+    after = installed_torch(python)
+    if before != after:
+        session.error(f"installing transfer changed torch from {before} to {after}")
+    session.log(f"torch {after} left in place by `pip install {os.path.basename(wheel)}`")
+    return python
+
+
+def installed_torch(python: str) -> str:
+    out = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+                         capture_output=True, text=True)
+    return out.stdout.strip().split("+")[0] if out.returncode == 0 else ""
+
+
+def test_tree(name: str) -> str:
+    """tests/, examples/, benchmarks/ copied outside the checkout, so only the wheel provides transfer."""
+    tree = os.path.join(WORK, f"tree-{name}")
+    shutil.rmtree(tree, ignore_errors=True)
+    os.makedirs(tree)
+    for entry in TEST_TREE:
+        source = os.path.join(ROOT, entry)
+        if os.path.isdir(source):
+            shutil.copytree(source, os.path.join(tree, entry), ignore=shutil.ignore_patterns("__pycache__"))
+        elif os.path.exists(source):
+            shutil.copy(source, tree)
+    return tree
+
+
+def run_pytest(session: nox.Session, python: str, tree: str, wheel: str, *args: str) -> None:
+    """pytest in `tree` with the venv's python; its bin first on PATH (transfer-run, torchrun)."""
+    env = {"TRANSFER_TEST_INSTALLED": "1", "TRANSFER_WHEEL": wheel,
+           "PATH": os.path.dirname(python) + os.pathsep + os.environ["PATH"]}
+    with session.chdir(tree):
+        session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, external=True, env=env)
+
+
+@nox.session(venv_backend="none")
+def tests(session: nox.Session) -> None:
+    """The full suite, default torch, against the installed wheel."""
+    wheel = build_wheel(session)
+    python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel, extra=framework_requirements())
+    run_pytest(session, python, test_tree("tests"), wheel, "tests", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def compat(session: nox.Session) -> None:
+    """The compat suite (pytest -m compat) on the CI pairs, or on the torch versions given after --."""
+    versions = list(session.posargs) or list(CI_PAIRS)
+    if versions == ["all"]:
+        versions = list(TORCH_PYTHON)
+    unknown = [v for v in versions if v not in TORCH_PYTHON]
+    if unknown:
+        session.error(f"unknown torch {unknown}; known: {', '.join(TORCH_PYTHON)} (add a line to TORCH_PYTHON)")
+    wheel = build_wheel(session)
+    for torch in versions:
+        python = prepare_venv(session, "compat", torch, wheel)
+        run_pytest(session, python, test_tree(f"compat-{torch}"), wheel, "-m", "compat", "tests")
+
+
+def framework_requirements() -> list:
+    """The real frameworks of the framework tests, pinned (torch stays as installed)."""
+    constraints = os.path.join(ROOT, "tests", "frameworks", "constraints.txt")
+    if not os.path.exists(constraints):
+        return []
+    names = [line.split("==")[0].strip() for line in open(constraints)
+             if line.strip() and not line.startswith("#")]
+    return ["-c", constraints, *names]

@@ -1,0 +1,38 @@
+"""Build hook: ship ``transfer.pth`` at the top of site-packages.
+
+Python runs the ``import`` line of every ``.pth`` file in site-packages at
+start-up (the `site` module). transfer's line costs one environment lookup
+while TRANSFER_DEVICE is unset; when it is set, it arms activation on
+``import torch`` (transfer/_autoload.py), which is how TRANSFER_DEVICE works
+on torch < 2.5 (no backend autoload) and with TORCH_DEVICE_BACKEND_AUTOLOAD=0.
+Same pattern as coverage.py's process_startup and pytest-cov's .pth.
+Everything else is declared in setup.cfg.
+"""
+
+import os
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+PTH = "transfer.pth"
+
+
+class build_py_with_pth(build_py):
+    """build_py that also places transfer/transfer.pth at the root of the build (wheel) tree."""
+
+    def run(self):
+        super().run()
+        self.copy_file(os.path.join("transfer", PTH), os.path.join(self._root(), PTH), preserve_mode=0)
+
+    def _root(self):
+        if getattr(self, "editable_mode", False):
+            # `pip install -e .`: setuptools' editable_wheel points install_lib at the
+            # editable wheel it is assembling; what is written there is installed as is.
+            return self.get_finalized_command("install").install_lib
+        return self.build_lib
+
+    def get_outputs(self, include_bytecode=True):
+        return list(super().get_outputs(include_bytecode)) + [os.path.join(self._root(), PTH)]
+
+
+setup(cmdclass={"build_py": build_py_with_pth})

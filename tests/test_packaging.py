@@ -1,0 +1,147 @@
+"""What `pip install transfer` gives a user: the files, the dependency rule, the .pth gate.
+
+The nox sessions run these against the installed wheel on every torch of the matrix
+(TRANSFER_TEST_INSTALLED=1, TRANSFER_WHEEL=<the wheel>); from a checkout they build a wheel.
+"""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import zipfile
+
+import pytest
+
+import transfer
+from conftest import EXAMPLES, INSTALLED, ROOT, clean_env, python
+
+pytestmark = pytest.mark.compat
+
+PROBE = "import torch; print('cuda', torch.cuda.is_available(), torch.ones(1).cuda().device)"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    path = os.environ.get("TRANSFER_WHEEL")
+    if path:
+        return path
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    ROOT], check=True, capture_output=True)
+    (path,) = glob.glob(str(out / "transfer-*.whl"))
+    return path
+
+
+def test_the_wheel_ships_the_gate_and_the_bootstrap(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "transfer.pth" in names  # top level: site runs it at start-up
+    assert "transfer/bootstrap/sitecustomize.py" in names  # transfer-run's PYTHONPATH entry
+    gate = zipfile.ZipFile(wheel).read("transfer.pth").decode()
+    assert gate.count("\n") == 1 and gate.startswith("import ")  # one line, executed by site
+
+
+def test_the_copy_under_test_is_the_installed_one():
+    here = os.path.dirname(os.path.abspath(transfer.__file__))
+    # A child started in the checkout (cwd on sys.path for -c) finds the same copy.
+    child = python("-c", "import transfer, os; print(os.path.dirname(os.path.abspath(transfer.__file__)))")
+    assert child.stdout.strip() == here
+    purelib = sysconfig.get_paths()["purelib"]
+    if INSTALLED:
+        assert here == os.path.join(purelib, "transfer") and not here.startswith(ROOT)
+        assert os.path.exists(os.path.join(purelib, "transfer.pth"))
+        assert os.path.exists(os.path.join(here, "bootstrap", "sitecustomize.py"))
+    else:
+        assert here == os.path.join(ROOT, "transfer")
+
+
+def fake_distribution(site: str, name: str, version: str) -> None:
+    """Metadata of an installed distribution (no code): what pip reads to decide."""
+    info = os.path.join(site, f"{name}-{version}.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as fh:
+        fh.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    for file, text in (("INSTALLER", "pip\n"), ("RECORD", ""), ("top_level.txt", f"{name}\n")):
+        with open(os.path.join(info, file), "w") as fh:
+            fh.write(text)
+
+
+def pip_install_over(tmp_path, wheel, torch_version):
+    """`pip install <wheel>` into a venv already holding torch `torch_version`; offline."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    fake_distribution(site, "torch", torch_version)
+    fake_distribution(site, "wrapt", "1.16.0")
+    # No configured index or find-links (this machine sets PIP_FIND_LINKS): nothing but the wheel.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                           "--no-index", "--disable-pip-version-check", wheel], capture_output=True, text=True, env=env)
+    listed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "list",
+                             "--format=freeze", "--disable-pip-version-check"], capture_output=True, text=True)
+    return proc, dict(line.split("==") for line in listed.stdout.split())
+
+
+@pytest.mark.parametrize("torch_version", ["2.0.1", "2.1.0+cpu", "2.1.0a0+git1234", "2.4.1", "2.14.1"])
+def test_pip_install_leaves_the_users_torch_in_place(tmp_path, wheel, torch_version):
+    proc, installed = pip_install_over(tmp_path, wheel, torch_version)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed["torch"] == torch_version and "transfer" in installed
+
+
+def test_pip_install_does_want_a_torch_from_2_0(tmp_path, wheel):
+    # The control: pip does check torch (offline, so it cannot fetch the newer one it wants).
+    proc, installed = pip_install_over(tmp_path, wheel, "1.13.1")
+    assert proc.returncode != 0 and re.search(r"torch>=2\.0", proc.stdout + proc.stderr), proc.stderr
+    assert installed["torch"] == "1.13.1"
+
+
+def test_gate_costs_one_lookup_when_unset():
+    code = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('transfer', 'wrapt', 'torch')))"
+    assert python("-c", code).stdout.strip() == "[]"
+
+
+def test_gate_leaves_programs_without_torch_alone():
+    code = "import json, sys; print(json.dumps([1]), 'torch' in sys.modules)"
+    proc = python("-c", code, env=clean_env(TRANSFER_DEVICE="cpu"))
+    assert proc.stdout.strip() == "[1] False" and proc.stderr == ""
+
+
+def test_env_alone_activates_without_torchs_autoload():
+    # torch < 2.5 has no backend autoload; on newer torch it can be switched off: the .pth gate does it.
+    proc = python("-c", PROBE, env=clean_env(TRANSFER_DEVICE="cpu", TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    assert "cuda True cpu" in proc.stdout
+    assert proc.stderr.count("transfer: CUDA calls run on cpu") == 1
+
+
+def test_one_install_where_the_gate_and_the_autoload_both_fire():
+    code = PROBE + "\nimport transfer; p = transfer.status()['patches']; print('patches', len(p), len(set(p)))"
+    proc = python("-c", code, env=clean_env(TRANSFER_DEVICE="cpu"))
+    assert "cuda True cpu" in proc.stdout
+    count, unique = re.search(r"patches (\d+) (\d+)", proc.stdout).groups()
+    assert count == unique and int(count) > 100
+    assert proc.stderr.count("transfer: CUDA calls run on cpu") == 1
+
+
+def test_a_broken_transfer_never_breaks_python(tmp_path):
+    broken = tmp_path / "shadow" / "transfer"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise RuntimeError('half-deleted install')\n")
+    proc = python("-c", "print('python works')", env=clean_env(TRANSFER_DEVICE="cpu",
+                                                                PYTHONPATH=str(broken.parent)))
+    assert proc.stdout.strip() == "python works"
+    assert "TRANSFER_DEVICE is set, but transfer cannot be imported" in proc.stderr
+    assert "half-deleted install" in proc.stderr and "unset TRANSFER_DEVICE" in proc.stderr
+
+
+def test_mp_spawn_workers_activate_from_env_alone(tmp_path):
+    from conftest import free_port
+
+    env = clean_env(TRANSFER_DEVICE="cpu", TORCH_DEVICE_BACKEND_AUTOLOAD="0", TRANSFER_CPU_DEVICES="2")
+    proc = python(os.path.join(EXAMPLES, "spawn_ddp.py"), "--workdir", str(tmp_path), "--port", str(free_port()),
+                  env=env, timeout=300)
+    digests = set(re.findall(r"rank (\d+): parameters ([0-9a-f]{16}) on cpu", proc.stdout))
+    assert {rank for rank, _ in digests} == {"0", "1"} and len({d for _, d in digests}) == 1, proc.stdout
