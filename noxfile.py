@@ -71,7 +71,7 @@ def find_python(version: str) -> str:
 def build_wheel(session: nox.Session) -> str:
     dist = os.path.join(WORK, "dist")
     shutil.rmtree(dist, ignore_errors=True)
-    session.run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
+    session.run_install(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
     (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
     return wheel
 
