@@ -7,21 +7,23 @@
 2. Whole-process time of ``python -c pass`` and ``python -c "import torch"``
    with `transfer` installed and TRANSFER_DEVICE unset vs. not installed.
 
-   How `transfer` hooks in: its setup.cfg declares a ``torch.backends`` entry
-   point, so at the end of ``import torch`` torch scans every installed
-   distribution's entry points (it does that whether or not transfer is
-   installed), imports ``transfer`` (one module) and calls
-   ``torch_backend_entry_point()``, which returns after one environment
-   lookup. An editable
-   install (``pip install -e .``, this checkout) also adds a ``.pth`` file
-   that imports a path finder at every interpreter start.
+   How `transfer` hooks in, two mechanisms: (a) ``transfer.pth`` at the top
+   of site-packages, whose line Python's `site` runs at every interpreter
+   start: one environment lookup while TRANSFER_DEVICE is unset (``python -c
+   pass`` shows its cost); (b) a ``torch.backends`` entry point, so at the end
+   of ``import torch`` torch scans every installed distribution's entry points
+   (it does that whether or not transfer is installed), imports ``transfer``
+   (one module) and calls ``torch_backend_entry_point()``, which returns after
+   one environment lookup (``torch._import_device_backends()`` shows it). An
+   editable install (``pip install -e .``, this checkout) also adds
+   setuptools' ``.pth`` file that imports a path finder at every start.
 
    The comparison: three throw-away virtual environments built from this
    interpreter, whose site-packages are symlinks to every entry of the real
    site-packages except transfer's, plus
      * ``none``: nothing else (transfer not installed),
-     * ``wheel``: transfer laid out as a regular (wheel) install: the package
-       and a ``.dist-info`` with its entry points, no ``.pth``,
+     * ``wheel``: transfer's wheel, built from this checkout and unpacked as
+       pip installs it (package, ``.dist-info`` with the entry point, ``transfer.pth``),
      * ``editable``: transfer's editable-install files as pip wrote them here.
    All three start the same interpreter the same way, so the difference is
    transfer alone. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` was rejected as the
@@ -89,7 +91,25 @@ print(json.dumps({"ms": (t1 - t0) * 1e3, "loaded_before": before, "transfer_load
 def _transfer_entries(site_dir: str) -> List[str]:
     return [name for name in os.listdir(site_dir)
             if name.startswith(("transfer-", "__editable__.transfer-", "__editable___transfer_"))
-            or name == "transfer"]
+            or name in ("transfer", "transfer.pth")]
+
+
+def _install_wheel(target_site: str, root: str) -> None:
+    """transfer's wheel, built from this checkout, unpacked as pip installs it (byte-compiled)."""
+    import compileall
+    import glob
+    import zipfile
+
+    dist = os.path.join(root, "dist")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist,
+                    C.ROOT], check=True, capture_output=True)
+    (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target_site)
+    assert os.path.exists(os.path.join(target_site, "transfer.pth")), "the wheel lacks its .pth gate"
+    compileall.compile_dir(os.path.join(target_site, "transfer"), quiet=1)
+    with open(os.path.join(glob.glob(os.path.join(target_site, "transfer-*.dist-info"))[0], "INSTALLER"), "w") as fh:
+        fh.write("pip\n")
 
 
 def build_envs(root: str) -> Dict[str, str]:
@@ -102,7 +122,6 @@ def build_envs(root: str) -> Dict[str, str]:
             site_dir = candidate
             break
     ours = set(_transfer_entries(site_dir))
-    dist = md.distribution("transfer")
     pythons = {}
     for name in ENVS:
         env_dir = os.path.join(root, name)
@@ -116,21 +135,7 @@ def build_envs(root: str) -> Dict[str, str]:
                 continue
             os.symlink(os.path.join(site_dir, entry), os.path.join(target_site, entry))
         if name == "wheel":
-            # As pip installs a wheel: a byte-compiled copy of the package, no .pth.
-            import compileall
-
-            shutil.copytree(os.path.join(C.ROOT, "transfer"), os.path.join(target_site, "transfer"),
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            compileall.compile_dir(os.path.join(target_site, "transfer"), quiet=1)
-            info = os.path.join(target_site, f"transfer-{dist.version}.dist-info")
-            os.makedirs(info)
-            for fname in ("METADATA", "entry_points.txt", "top_level.txt", "WHEEL"):
-                text = dist.read_text(fname)
-                if text is not None:
-                    with open(os.path.join(info, fname), "w") as fh:
-                        fh.write(text)
-            with open(os.path.join(info, "INSTALLER"), "w") as fh:
-                fh.write("pip\n")
+            _install_wheel(target_site, root)
         elif name == "editable":
             for entry in ours:
                 os.symlink(os.path.join(site_dir, entry), os.path.join(target_site, entry))
