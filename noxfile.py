@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import nox
 
@@ -150,9 +151,51 @@ def compat(session: nox.Session) -> None:
     if unknown:
         session.error(f"unknown torch {unknown}; known: {', '.join(TORCH_PYTHON)} (add a line to TORCH_PYTHON)")
     wheel = build_wheel(session)
-    for torch in versions:
+    rows, failed = [], []
+    for torch in versions:  # every version runs; the session fails at the end if any did
+        start = time.monotonic()
         python = prepare_venv(session, "compat", torch, wheel)
-        run_pytest(session, python, test_tree(f"compat-{torch}"), wheel, "-m", "compat", "tests")
+        if install_only(session):
+            continue
+        prepared = time.monotonic() - start
+        results = os.path.join(WORK, f"compat-{torch}.xml")
+        try:
+            run_pytest(session, python, test_tree(f"compat-{torch}"), wheel, "-m", "compat", f"--junitxml={results}",
+                       "tests")
+        except nox.command.CommandFailed:
+            failed.append(torch)
+        rows.append(table_row(torch, python, prepared, results))
+    if rows:
+        table = "\n".join(["| torch | Python | tests passed | failed | skipped | test time | environment |",
+                           "|---|---|---|---|---|---|---|", *rows])
+        with open(os.path.join(WORK, "compat-table.md"), "w") as fh:
+            fh.write(table + "\n")
+        session.log("compat results (also in .nox/compat-table.md):\n" + table)
+    if failed:
+        session.error(f"the compat suite failed on torch {', '.join(failed)}")
+
+
+def install_only(session: nox.Session) -> bool:
+    """True under `nox --install-only`, where session.run skips its command and returns None."""
+    return session.run(sys.executable, "-c", "pass", external=True, silent=True) is None
+
+
+def table_row(torch: str, python: str, prepared: float, results: str) -> str:
+    """One markdown row from pytest's junit XML."""
+    import xml.etree.ElementTree as ET
+
+    version = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                             capture_output=True, text=True).stdout.strip()
+    try:
+        suite = ET.parse(results).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        total, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+        seconds = float(suite.get("time", 0))
+    except (OSError, ET.ParseError, AttributeError):
+        return f"| {torch} | {version} | no results | - | - | - | {prepared:.0f} s |"
+    passed = total - failures - errors - skipped
+    return (f"| {torch} | {version} | {passed} | {failures + errors} | {skipped} | {seconds:.0f} s | "
+            f"{prepared:.0f} s |")
 
 
 def framework_requirements() -> list:
