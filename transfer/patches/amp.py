@@ -13,7 +13,6 @@ import os
 
 import torch
 import torch.amp.autocast_mode
-import torch.amp.grad_scaler
 
 from ..devices import parse_cuda
 
@@ -54,9 +53,17 @@ def apply(ctx) -> None:
 
     reg = ctx.registry
     reg.wrap("amp.autocast", torch.amp.autocast_mode.autocast, "__init__", autocast_init)
-    reg.wrap("amp.GradScaler", torch.amp.grad_scaler.GradScaler, "__init__", scaler_init)
-    reg.wrap("amp.custom_fwd", torch.amp, "custom_fwd", custom)
-    reg.wrap("amp.custom_bwd", torch.amp, "custom_bwd", custom)
+    if hasattr(torch.amp, "GradScaler"):  # torch < 2.3: only the CUDA-only torch.cuda.amp.GradScaler
+        reg.wrap("amp.GradScaler", torch.amp.GradScaler, "__init__", scaler_init)
+    elif ctx.profile.is_cpu:
+        from .. import cpu_kernels
+
+        library = cpu_kernels.register_grad_scaler()
+        if library is not None:
+            reg.on_revert("amp.cpu_kernels", lambda: cpu_kernels.destroy(library))
+    if hasattr(torch.amp, "custom_fwd"):  # torch < 2.4: torch.cuda.amp.custom_fwd takes no device_type
+        reg.wrap("amp.custom_fwd", torch.amp, "custom_fwd", custom)
+        reg.wrap("amp.custom_bwd", torch.amp, "custom_bwd", custom)
 
 
 def _cpu_amp_dtype():
