@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transfer.errors import UnsupportedCudaAPI
+import transfer
+from transfer.errors import TransferError, UnsupportedCudaAPI
 
 TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
 
@@ -212,6 +213,14 @@ def test_autocast_and_grad_scaler(cpu_target):
 
 
 def test_fp16_policy_can_be_kept(install_cpu):
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            pass
+    except RuntimeError:  # torch < 2.3: CPU autocast is bfloat16 only; asking to keep fp16 is a clear error
+        with pytest.raises(TransferError, match="TRANSFER_CPU_AMP_DTYPE=float16: .* no float16 CPU autocast"):
+            install_cpu(TRANSFER_CPU_AMP_DTYPE="float16")
+        assert not transfer.status()["active"]
+        return
     install_cpu(TRANSFER_CPU_AMP_DTYPE="float16")
     with torch.autocast("cuda", dtype=torch.float16):
         assert nn.Linear(2, 2)(torch.randn(1, 2)).dtype == torch.float16

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 import torch
 import torch.amp.autocast_mode
 
 from ..devices import parse_cuda
+from ..errors import TransferError
 
 logger = logging.getLogger("transfer")
 
@@ -69,4 +71,19 @@ def apply(ctx) -> None:
 def _cpu_amp_dtype():
     name = os.environ.get("TRANSFER_CPU_AMP_DTYPE", "bfloat16").strip().lower()
     dtype = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": None, "fp16": None}.get(name, torch.bfloat16)
+    if dtype is None and not _cpu_autocast_takes_float16():
+        raise TransferError(f"TRANSFER_CPU_AMP_DTYPE={name}: torch {torch.__version__} has no float16 CPU autocast "
+                            "(only bfloat16); unset TRANSFER_CPU_AMP_DTYPE to run fp16 autocast as bfloat16")
     return dtype
+
+
+def _cpu_autocast_takes_float16() -> bool:
+    """Feature probe: torch < 2.3's CPU autocast rejects float16 on entry."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast("cpu", dtype=torch.float16):
+                pass
+    except RuntimeError:
+        return False
+    return True
