@@ -8,7 +8,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transfer.errors import UnsupportedCudaAPI
+import transfer
+from transfer.errors import TransferError, UnsupportedCudaAPI
+
+TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
 
 
 def test_tensor_calls_land_on_cpu(cpu_target):
@@ -55,7 +58,7 @@ def test_tensor_to_forms_behave_as_the_native_call(cpu_target, monkeypatch, cuda
     monkeypatch.setenv("TRANSFER_CPU_DEVICES", "2")
     x = torch.arange(16.0).reshape(1, 1, 4, 4)
     got = x.to(*cuda_args, **cuda_kwargs)
-    want = torch._C.TensorBase.to(x, *cpu_args, **cpu_kwargs)
+    want = TensorBase.to(x, *cpu_args, **cpu_kwargs)
     assert (got is x) == (want is x)
     assert (got.dtype, got.device, got.is_contiguous(), got.stride()) == \
         (want.dtype, want.device, want.is_contiguous(), want.stride())
@@ -69,7 +72,7 @@ def test_tensor_to_other_tensor_and_bad_arguments_behave_as_native(cpu_target):
         with pytest.raises((RuntimeError, TypeError)) as shim_error:
             x.to(*args, **kwargs)
         with pytest.raises(type(shim_error.value)):
-            torch._C.TensorBase.to(x, *args, **kwargs)
+            TensorBase.to(x, *args, **kwargs)
 
 
 def test_device_memo_is_safe_across_threads(cpu_target, monkeypatch):
@@ -190,18 +193,34 @@ def test_autocast_and_grad_scaler(cpu_target):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         assert model(x).dtype == torch.bfloat16
     scaler = torch.cuda.amp.GradScaler()
-    assert scaler._device == "cpu"
+    device_generic = hasattr(torch.amp, "GradScaler")  # torch < 2.3: torch.cuda.amp.GradScaler only
+    assert scaler.is_enabled() and (not device_generic or scaler._device == "cpu")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     before = model.weight.detach().clone()
     scaler.scale(model(x).float().sum()).backward()
     scaler.step(opt)
     scaler.update()
     assert not torch.equal(before, model.weight)
-    scaler2 = torch.amp.GradScaler("cuda")
-    assert scaler2._device == "cpu"
+    assert scaler._scale.device.type == "cpu" and scaler.get_scale() == 65536.0
+    model.weight.grad.fill_(float("inf"))  # an overflow: the step is skipped, the scale backs off
+    after = model.weight.detach().clone()
+    scaler.step(opt)
+    scaler.update()
+    assert torch.equal(after, model.weight) and scaler.get_scale() == 32768.0
+    if device_generic:
+        scaler2 = torch.amp.GradScaler("cuda")
+        assert scaler2._device == "cpu"
 
 
 def test_fp16_policy_can_be_kept(install_cpu):
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            pass
+    except RuntimeError:  # torch < 2.3: CPU autocast is bfloat16 only; asking to keep fp16 is a clear error
+        with pytest.raises(TransferError, match="TRANSFER_CPU_AMP_DTYPE=float16: .* no float16 CPU autocast"):
+            install_cpu(TRANSFER_CPU_AMP_DTYPE="float16")
+        assert not transfer.status()["active"]
+        return
     install_cpu(TRANSFER_CPU_AMP_DTYPE="float16")
     with torch.autocast("cuda", dtype=torch.float16):
         assert nn.Linear(2, 2)(torch.randn(1, 2)).dtype == torch.float16

@@ -23,13 +23,17 @@ Only the functional overloads are registered: SyncBatchNorm never calls the
 ``.out`` variants (``batch_norm_elemt.out`` is the only one without a
 composite fallback, and it stays unimplemented on CPU).
 
+:func:`register_grad_scaler` adds, where torch lacks them (torch < 2.3),
+CPU kernels for the two ops of ``GradScaler`` (``_amp_foreach_non_finite_check_and_unscale_``,
+``_amp_update_scale_``), mirroring ``aten/src/ATen/native/cuda/AmpKernels.cu``.
+
 Importing this module does not import torch; :func:`register` does.
 
 Usage::
 
     lib = register()      # idempotent while the library is alive
     ...
-    lib._destroy()        # removes the kernels again
+    destroy(lib)          # removes the kernels again
 """
 
 from __future__ import annotations
@@ -277,6 +281,20 @@ _KERNELS = {
 # registration
 # --------------------------------------------------------------------------
 
+def destroy(lib) -> None:
+    """Remove the kernels of a Library returned here."""
+    if hasattr(lib, "_destroy"):
+        lib._destroy()
+        return
+    # torch < 2.2 has no Library._destroy: drop the C++ handle (that removes the kernels) and the keys.
+    import torch.library
+
+    for key in lib._op_impls:
+        torch.library._impls.discard(key)
+    lib._op_impls.clear()
+    lib.m = None
+
+
 def is_registered():
     """True while a library returned by :func:`register` is alive."""
     return _LIB is not None and getattr(_LIB, "m", None) is not None
@@ -286,7 +304,7 @@ def register():
     """Register the CPU kernels; return the ``torch.library.Library``.
 
     Calling it again while that library is alive returns the same object
-    (no double registration).  ``lib._destroy()`` removes the kernels; a
+    (no double registration).  ``destroy(lib)`` removes the kernels; a
     later ``register()`` then creates a fresh library.  Ops that already
     have a CPU kernel from elsewhere (e.g. a future torch release) are left
     alone.
@@ -304,3 +322,52 @@ def register():
             lib.impl(name, fn)
         _LIB = lib
         return lib
+
+
+# --------------------------------------------------------------------------
+# GradScaler ops (torch < 2.3 has CUDA kernels only)
+# --------------------------------------------------------------------------
+
+def amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
+    """Multiply each grad by `inv_scale`; set `found_inf` to 1 if any held inf/nan."""
+    for grad in grads:
+        if not bool(grad.isfinite().all()):
+            found_inf.fill_(1.0)
+        grad.mul_(inv_scale.to(grad.dtype))
+
+
+def amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """CUDA's `_amp_update_scale_`: back off on inf, grow after `growth_interval` clean steps."""
+    if bool(found_inf.item()):
+        scale.mul_(backoff_factor)
+        growth_tracker.fill_(0)
+        return scale
+    successful = int(growth_tracker.item()) + 1
+    if successful == growth_interval:
+        grown = scale * growth_factor
+        if bool(grown.isfinite().all()):
+            scale.copy_(grown)
+        growth_tracker.fill_(0)
+    else:
+        growth_tracker.fill_(successful)
+    return scale
+
+
+_GRAD_SCALER_KERNELS = {
+    "_amp_foreach_non_finite_check_and_unscale_": amp_foreach_non_finite_check_and_unscale_,
+    "_amp_update_scale_": amp_update_scale_,
+}
+
+
+def register_grad_scaler():
+    """CPU kernels for GradScaler's ops where torch has none; return the Library, or None."""
+    import torch
+
+    missing = {name: fn for name, fn in _GRAD_SCALER_KERNELS.items()
+               if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")}
+    if not missing:
+        return None
+    lib = torch.library.Library("aten", "IMPL", "CPU")
+    for name, fn in missing.items():
+        lib.impl(name, fn)
+    return lib

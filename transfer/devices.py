@@ -88,6 +88,15 @@ class Target:
         return Translator(self, api)
 
 
+def _dynamo_is_compiling() -> bool:
+    dynamo = sys.modules.get("torch._dynamo")  # nothing is traced before dynamo is imported
+    return dynamo is not None and dynamo.is_compiling()
+
+
+# torch < 2.3 has no torch.compiler.is_compiling (torch 2.0 has no torch.compiler).
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _dynamo_is_compiling
+
+
 class Translator:
     """A per-API cache in front of `Target.translate`; calling it translates."""
 
@@ -107,7 +116,7 @@ class Translator:
         return result
 
     def miss(self, spec: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             # Inside a traced graph: pure computation only (no env reads, frame
             # walking or cache growth), so torch.compile sees no graph break.
             return self.target.translate(spec, check=False)

@@ -105,8 +105,8 @@ class Registry:
         For modules torch imports lazily (torch._dynamo: ~1 s): a wrapt
         post-import hook applies the patch on import, unless `revert_all` ran
         in between. `make_replacement` receives the original and returns the
-        replacement; a missing owner or attribute (another torch version) is
-        left alone.
+        replacement, or None to leave it; a missing owner or attribute (another
+        torch version) is left alone.
         """
         if not self.enabled(name):
             return
@@ -121,7 +121,9 @@ class Registry:
                 except AttributeError:
                     return
                 if self.record_for(target, attribute) is None:
-                    self.replace(name, target, attribute, make_replacement(original))
+                    replacement = make_replacement(original)
+                    if replacement is not None:
+                        self.replace(name, target, attribute, replacement)
 
         wrapt.register_post_import_hook(on_import, module)
 

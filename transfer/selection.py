@@ -72,7 +72,7 @@ def activate_vendor(profile: Profile, prepare: Optional[Prepare] = None) -> None
 def _import_vendor(profile: Profile) -> None:
     import torch
 
-    active = torch._C._get_privateuse1_backend_name()
+    active = _privateuse1_name(torch)
     if active not in ("privateuseone", profile.device_type):
         raise VendorPackageMissing(
             f"TRANSFER_DEVICE={profile.name} selects {profile.vendor}'s '{profile.device_type}' device, but "
@@ -103,10 +103,16 @@ def _shown(variable: str) -> str:
     return "unset" if value is None else f"now {value!r}"
 
 
+def _privateuse1_name(torch) -> str:
+    # torch 2.0 has no _get_privateuse1_backend_name (and no vendor plug-in mechanism that renames it).
+    getter = getattr(torch._C, "_get_privateuse1_backend_name", None)
+    return getter() if getter is not None else "privateuseone"
+
+
 def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
     import torch
 
-    active = torch._C._get_privateuse1_backend_name()
+    active = _privateuse1_name(torch)
     for profile in vendor_profiles():
         if profile.device_type == active or profile.package in sys.modules:
             activate_vendor(profile, prepare)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 import torch
 import torch.amp.autocast_mode
-import torch.amp.grad_scaler
 
 from ..devices import parse_cuda
+from ..errors import TransferError
 
 logger = logging.getLogger("transfer")
 
@@ -54,12 +55,35 @@ def apply(ctx) -> None:
 
     reg = ctx.registry
     reg.wrap("amp.autocast", torch.amp.autocast_mode.autocast, "__init__", autocast_init)
-    reg.wrap("amp.GradScaler", torch.amp.grad_scaler.GradScaler, "__init__", scaler_init)
-    reg.wrap("amp.custom_fwd", torch.amp, "custom_fwd", custom)
-    reg.wrap("amp.custom_bwd", torch.amp, "custom_bwd", custom)
+    if hasattr(torch.amp, "GradScaler"):  # torch < 2.3: only the CUDA-only torch.cuda.amp.GradScaler
+        reg.wrap("amp.GradScaler", torch.amp.GradScaler, "__init__", scaler_init)
+    elif ctx.profile.is_cpu:
+        from .. import cpu_kernels
+
+        library = cpu_kernels.register_grad_scaler()
+        if library is not None:
+            reg.on_revert("amp.cpu_kernels", lambda: cpu_kernels.destroy(library))
+    if hasattr(torch.amp, "custom_fwd"):  # torch < 2.4: torch.cuda.amp.custom_fwd takes no device_type
+        reg.wrap("amp.custom_fwd", torch.amp, "custom_fwd", custom)
+        reg.wrap("amp.custom_bwd", torch.amp, "custom_bwd", custom)
 
 
 def _cpu_amp_dtype():
     name = os.environ.get("TRANSFER_CPU_AMP_DTYPE", "bfloat16").strip().lower()
     dtype = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": None, "fp16": None}.get(name, torch.bfloat16)
+    if dtype is None and not _cpu_autocast_takes_float16():
+        raise TransferError(f"TRANSFER_CPU_AMP_DTYPE={name}: torch {torch.__version__} has no float16 CPU autocast "
+                            "(only bfloat16); unset TRANSFER_CPU_AMP_DTYPE to run fp16 autocast as bfloat16")
     return dtype
+
+
+def _cpu_autocast_takes_float16() -> bool:
+    """Feature probe: torch < 2.3's CPU autocast rejects float16 on entry."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast("cpu", dtype=torch.float16):
+                pass
+    except RuntimeError:
+        return False
+    return True

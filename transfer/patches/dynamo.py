@@ -29,3 +29,23 @@ def apply(ctx) -> None:
 
     ctx.registry.replace_when_imported("dynamo.is_cuda", "torch._dynamo.variables.tensor", "TensorVariable",
                                        "method_attr_is_cuda", make_replacement)
+
+    def make_getattr_replacement(original):
+        from torch._dynamo.variables import tensor
+
+        if hasattr(tensor.TensorVariable, "method_attr_is_cuda"):
+            return None  # the patch above covers it
+
+        def var_getattr(self, tx, name):
+            if name != "is_cuda" or self.device is None:
+                return original(self, tx, name)
+            from torch._dynamo.variables import base, constant
+
+            return constant.ConstantVariable(self.device.type == device_type, **base.VariableTracker.propagate(self))
+
+        var_getattr.__wrapped__ = original
+        return var_getattr
+
+    # torch < 2.2 answers is_cuda inside TensorVariable.var_getattr (no method_attr_is_cuda).
+    ctx.registry.replace_when_imported("dynamo.is_cuda", "torch._dynamo.variables.tensor", "TensorVariable",
+                                       "var_getattr", make_getattr_replacement)

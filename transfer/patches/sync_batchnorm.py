@@ -23,7 +23,7 @@ def apply(ctx) -> None:
     from .. import cpu_kernels
 
     library = cpu_kernels.register()
-    ctx.registry.on_revert("sync_batchnorm.cpu_kernels", library._destroy)
+    ctx.registry.on_revert("sync_batchnorm.cpu_kernels", lambda: cpu_kernels.destroy(library))
     native_forward = torch.nn.SyncBatchNorm.forward
 
     def forward(self, input):

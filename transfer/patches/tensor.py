@@ -9,6 +9,9 @@ import torch
 from ._calls import _NOTHING_SEEN, _finish, device_first, device_keyword
 from ..devices import DEVICE_SPEC_TYPES
 
+# torch < 2.3 names the C base class of torch.Tensor `_TensorBase`.
+_TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+
 _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
 
 
@@ -47,7 +50,7 @@ def _cuda(ctx):
         return result
 
     if ctx.profile.is_cpu:
-        native_cpu = torch._C.TensorBase.cpu
+        native_cpu = _TensorBase.cpu
 
         def cuda(self, device=None, non_blocking=False, memory_format=preserve):
             if device is not last[0]:
@@ -56,7 +59,7 @@ def _cuda(ctx):
                 return native_cpu(self)
             return native_cpu(self, memory_format=memory_format)
     else:
-        native_to = torch._C.TensorBase.to  # the C method, not our Tensor.to wrapper
+        native_to = _TensorBase.to  # the C method, not our Tensor.to wrapper
 
         def cuda(self, device=None, non_blocking=False, memory_format=preserve):
             seen = last
@@ -83,7 +86,7 @@ def _pin_memory(ctx):
 def _is_cuda(ctx):
     """The target's own getter, so `x.is_cuda` costs what `x.is_npu` costs."""
     if ctx.profile.is_cpu:
-        return torch._C.TensorBase.__dict__["is_cpu"]  # C getset descriptor
+        return _TensorBase.__dict__["is_cpu"]  # C getset descriptor
     try:
         return inspect.getattr_static(torch.Tensor, f"is_{ctx.profile.device_type}")
     except AttributeError:

@@ -522,7 +522,9 @@ def build_device_module(spec, C) -> types.ModuleType:
         def __init__(self, enabled: bool = True, dtype: torch.dtype = torch.float16, cache_enabled: bool = True):
             super().__init__(name, enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
 
-    class GradScaler(torch.amp.GradScaler):
+    # torch < 2.3 has no device-generic torch.amp.GradScaler (and < 2.4 no torch.amp.custom_fwd):
+    # the stand-in's amp module then offers autocast only (tests/vendors/README.md, "Old torch").
+    class GradScaler(getattr(torch.amp, "GradScaler", object)):
         r"""``torch.amp.GradScaler`` for this device."""
 
         def __init__(
@@ -544,10 +546,14 @@ def build_device_module(spec, C) -> types.ModuleType:
 
     autocast.__module__ = GradScaler.__module__ = amp_mod.__name__
     amp_mod.autocast = autocast
-    amp_mod.GradScaler = GradScaler
-    amp_mod.custom_fwd = functools.partial(torch.amp.custom_fwd, device_type=name)
-    amp_mod.custom_bwd = functools.partial(torch.amp.custom_bwd, device_type=name)
-    amp_mod.__all__ = ["autocast", "GradScaler", "custom_fwd", "custom_bwd"]
+    amp_mod.__all__ = ["autocast"]
+    if hasattr(torch.amp, "GradScaler"):
+        amp_mod.GradScaler = GradScaler
+        amp_mod.__all__.append("GradScaler")
+    if hasattr(torch.amp, "custom_fwd"):
+        amp_mod.custom_fwd = functools.partial(torch.amp.custom_fwd, device_type=name)
+        amp_mod.custom_bwd = functools.partial(torch.amp.custom_bwd, device_type=name)
+        amp_mod.__all__ += ["custom_fwd", "custom_bwd"]
     ns["amp"] = amp_mod
 
     # ---------------------------------------------------------- publish
