@@ -128,6 +128,8 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
     if pos is None:
         return impl
     translate = ctx.target.translator(f"torch.cuda.{name}")
+    if name in ("set_device", "device"):
+        translate = _negative_selects_nothing(translate)
 
     if inspect.isclass(impl):
         # Keep it a class (isinstance, subclassing) whose constructor translates.
@@ -153,6 +155,14 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
     with_device.__doc__ = getattr(impl, "__doc__", None)
     with_device.__wrapped__ = impl
     return with_device
+
+
+def _negative_selects_nothing(translate: Callable) -> Callable:
+    """CUDA's set_device(-1) and device(-1) do nothing (torch.cuda._get_device_index)."""
+    def keep_negative(spec):
+        return spec if type(spec) is int and spec < 0 else translate(spec)
+
+    return keep_negative
 
 
 def _called_by_torch() -> bool:
