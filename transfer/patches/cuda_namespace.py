@@ -193,7 +193,11 @@ def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bo
     native = None if impl is None else _translating(ctx, "get_device_capability", original, impl)
     message = f"torch.cuda.get_device_capability has no real value on {target_name}; it returns (0, 0)"
 
+    check = ctx.target.translator("torch.cuda.get_device_capability")
+
     def get_device_capability(device=None):
+        if native is None and device is not None:
+            check(device)  # a bad ordinal raises as on CUDA
         value = None if native is None else native(device)
         if value is None or placeholder:
             if not _called_by_torch():
