@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..errors import UnsupportedCudaAPI
+from ..likeness import alias_class
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -140,8 +141,8 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
                 kwargs["device"] = translate(kwargs["device"])
             impl.__init__(self, *args, **kwargs)
 
-        return type(impl.__name__, (impl,), {"__init__": __init__, "__module__": impl.__module__,
-                                             "__qualname__": impl.__qualname__})
+        # alias_class: the vendor's own instances (torch.<vendor>.current_stream()) stay instances
+        return alias_class(impl, impl.__module__, impl.__qualname__, __init__=__init__)
 
     def with_device(*args, **kwargs):
         if len(args) > pos:
