@@ -17,6 +17,13 @@ replacement``, the replacement
   ``owner.attribute`` instead, because pickle finds a Python function or class
   by exactly these two names and the other place still holds the original.
 
+Not covered, each for one reason: data descriptors (``Tensor.is_cuda`` is the
+target's own ``is_cpu``/``is_<vendor>`` getter; a Python property would double
+the cost of each read, and a getter never pickled natively), namespaces
+standing for modules (``torch.cuda.nvtx``; modules never pickled) and
+constants. Instances pickle as the native class's do; a vendor generator
+pickles only if the vendor's does (the stand-ins' do not, natively either).
+
 Nothing here runs per call: a function is renamed (or, when it belongs to a
 vendor module or the cpu runtime, copied, which shares its code and closure),
 a foreign class gets a same-behaving subclass, a wrapt wrapper is a subclass
