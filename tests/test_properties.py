@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, VENDORS, clean_env, python
 
-settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True,
+settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("long", max_examples=400, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -287,6 +287,13 @@ def containers(draw, depth=2):
                           st.dictionaries(st.sampled_from(["w", "cuda_version", "opt"]), child, max_size=2)))
 
 
+def _has_tensor(value):
+    if isinstance(value, torch.Tensor):
+        return True
+    items = value.values() if isinstance(value, dict) else value
+    return isinstance(value, (dict, list, tuple)) and any(_has_tensor(v) for v in items)
+
+
 def load_map_location(port, data):
     """torch.load of nested containers with map_location as str/int/device/None/dict/callable."""
     payload = data.draw(containers())
@@ -311,6 +318,8 @@ def load_map_location(port, data):
             port_map = lambda s, loc: s.cpu()  # noqa: E731
         else:
             port_map = lambda s, loc: getattr(s, port.device_type)(index)  # noqa: E731
+    if not _has_tensor(payload):
+        valid = True  # as on CUDA: a bad location only fails when a storage is placed
     positional = data.draw(st.booleans())
     native = _native(torch, "load")
 
