@@ -304,6 +304,8 @@ def load_map_location(port, data):
         cuda_map, port_map, valid = None, None, True
     elif form == "device":
         cuda_map, port_map, valid = data.draw(devices(port))
+        if isinstance(cuda_map, int):  # not a map_location torch.load accepts: the same error natively
+            port_map, valid = cuda_map, True
     elif form == "dict":  # locations are strings in a map_location dict
         device, target, valid = data.draw(devices(port).filter(lambda d: isinstance(d[0], str)))
         cuda_map, port_map = {"cpu": device}, {"cpu": target}

@@ -48,7 +48,7 @@ def _restorer(ctx):
 def _map_location(map_location, restore, translate):
     if map_location is None:
         return restore
-    if isinstance(map_location, (str, int, torch.device)):
+    if isinstance(map_location, (str, torch.device)):  # an int is no map_location for torch.load, on CUDA either
         try:
             return translate(map_location)
         except InvalidDeviceError as exc:
