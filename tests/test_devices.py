@@ -18,8 +18,9 @@ def test_parse_accepts_only_real_cuda_devices():
     assert parse_cuda(torch.device("cuda", 2)) == (2,)
     assert parse_cuda(torch.device("cuda")) == (None,)
     assert parse_cuda(1) == (1,)
+    assert parse_cuda(-1) == (-1,)  # an ordinal CUDA rejects: Target.device raises for it
     for other in ("cpu", "npu:0", "cuda:nccl", "cuda_model.pt", "/ckpt/cuda/x.pt", "cudax", "cuda:", "cuda:-1",
-                  -1, True, 1.0, None, torch.device("cpu"), {"cuda": 1}):
+                  True, 1.0, None, torch.device("cpu"), {"cuda": 1}):
         assert parse_cuda(other) is None, other
 
 

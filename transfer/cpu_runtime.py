@@ -18,6 +18,8 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
+from .devices import invalid_ordinal
+
 
 # The current device, per thread as with CUDA (a new thread starts at 0). A
 # ContextVar, not threading.local: every thread has its own context, and
@@ -51,16 +53,22 @@ def device_count() -> int:
 
 
 def _index(device: Any = None) -> int:
+    """The virtual device ordinal `device` names; raises InvalidDeviceError as CUDA would."""
     if device is None:
         return current_device()
     if isinstance(device, torch.device):
-        return device.index if device.index is not None else current_device()
-    if isinstance(device, str):
+        index = device.index if device.index is not None else current_device()
+    elif isinstance(device, str):
         head, _, tail = device.partition(":")
-        return int(tail) if tail.isdigit() else current_device()
-    if isinstance(device, int):
-        return device
-    raise TypeError(f"not a device: {device!r}")
+        index = int(tail) if tail.isdigit() else current_device()
+    elif isinstance(device, int):
+        index = device
+    else:
+        raise TypeError(f"not a device: {device!r}")
+    count = device_count()
+    if not 0 <= index < count:
+        raise invalid_ordinal(index, "cpu", count)
+    return index
 
 
 def current_device() -> int:
@@ -68,20 +76,17 @@ def current_device() -> int:
 
 
 def set_device(device: Any) -> None:
-    index = _index(device)
-    if not 0 <= index < device_count():
-        raise RuntimeError(
-            f"invalid device ordinal {index}: the cpu target has {device_count()} device(s) "
-            "(set TRANSFER_CPU_DEVICES=N for more)"
-        )
-    _current_index.set(index)
+    if isinstance(device, int) and device < 0:
+        return  # CUDA's set_device ignores a negative ordinal (torch.cuda._get_device_index -> -1)
+    _current_index.set(_index(device))
 
 
 class device:
     """Context manager that selects a (virtual) device, like torch.cuda.device."""
 
     def __init__(self, device: Any):
-        self.idx = -1 if device is None else _index(device)
+        # None and -1 select nothing, as in torch.cuda.device
+        self.idx = -1 if device is None or (isinstance(device, int) and device == -1) else _index(device)
         self.prev_idx = -1
 
     def __enter__(self):
@@ -102,9 +107,13 @@ class device_of(device):
 
 def synchronize(device: Any = None) -> None:
     """CPU kernels run synchronously; nothing to wait for."""
+    if device is not None:
+        _index(device)
 
 
 def get_device_name(device: Any = None) -> str:
+    if device is not None:
+        _index(device)
     return "cpu (transfer cpu target)"
 
 
@@ -140,14 +149,20 @@ def _total_memory() -> int:
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
+    if device is not None:
+        _index(device)
     return DeviceProperties(get_device_name(), _total_memory(), os.cpu_count() or 1)
 
 
 def get_device_capability(device: Any = None) -> tuple:
+    if device is not None:
+        _index(device)
     return (0, 0)
 
 
 def mem_get_info(device: Any = None) -> tuple:
+    if device is not None:
+        _index(device)
     total = _total_memory()
     try:
         free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
@@ -293,6 +308,8 @@ class Event:
 
 # Memory: the CPU allocator keeps no per-device statistics; these report zero.
 def _zero(device: Any = None) -> int:
+    if device is not None:
+        _index(device)
     return 0
 
 
@@ -301,10 +318,14 @@ memory_cached = max_memory_cached = _zero
 
 
 def memory_stats(device: Any = None) -> dict:
+    if device is not None:
+        _index(device)
     return {}
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    if device is not None:
+        _index(device)
     return "memory statistics are not tracked on the cpu target"
 
 

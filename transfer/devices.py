@@ -32,13 +32,40 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
+class InvalidDeviceError(TransferError, AssertionError):
+    """A device ordinal the target does not have (negative, or past its count).
+
+    A RuntimeError like CUDA's "invalid device ordinal" (``x.cuda(3)``,
+    factories, ``set_device``) and an AssertionError like CUDA's "Invalid device
+    id" (``get_device_name(3)``, ``get_device_properties(3)``), so whichever
+    CUDA's entry point raises, the same ``except`` catches it on every target.
+    """
+
+
+def invalid_ordinal(index: Any, device_type: str, count: int) -> InvalidDeviceError:
+    """The error for ordinal `index`: names the device count and how to change it."""
+    if device_type == "cpu":
+        fix = "set TRANSFER_CPU_DEVICES=N for N virtual devices"
+    else:
+        from .profiles import PROFILES
+
+        env = next((p.visible_devices_env for p in PROFILES.values() if p.device_type == device_type), None)
+        fix = f"{env} (or CUDA_VISIBLE_DEVICES) selects which are visible" if env else "check the visible devices"
+    return InvalidDeviceError(
+        f"invalid device ordinal cuda:{index}: the {device_type} target has {count} device(s), "
+        f"valid ordinals are 0..{count - 1}; {fix}"
+    )
+
+
 def parse_cuda(spec: Any) -> Optional[tuple]:
-    """Return ``(index_or_None,)`` if `spec` names a CUDA device, else None."""
+    """Return ``(index_or_None,)`` if `spec` names a CUDA device, else None.
+
+    A negative int is an ordinal too (CUDA rejects it; `Target.device` does)."""
     kind = type(spec)
     if kind is torch.device:
         return (spec.index,) if spec.type == "cuda" else None
     if kind is int:
-        return (spec,) if spec >= 0 else None
+        return (spec,)
     if kind is str:
         head, sep, tail = spec.strip().partition(":")
         if head.lower() != "cuda":
@@ -60,12 +87,16 @@ class Target:
         self.translations: Dict[str, Dict[str, dict]] = {}
 
     def device(self, index: Optional[int], check: bool = True) -> torch.device:
+        """The target device for CUDA ordinal `index` (None: the current device).
+
+        With `check` (outside traced code), a negative ordinal or one past the
+        device count raises `InvalidDeviceError`, on every target alike.
+        """
+        if check and index is not None:
+            count = self._device_count()
+            if not 0 <= index < count:
+                raise invalid_ordinal(index, self.device_type, count)
         if self.device_type == "cpu":
-            if check and index is not None and index >= self._device_count():
-                raise TransferError(
-                    f"invalid device ordinal cuda:{index}: the cpu target has "
-                    f"{self._device_count()} device(s) (set TRANSFER_CPU_DEVICES to change that)"
-                )
             return torch.device("cpu")
         return torch.device(self.device_type) if index is None else torch.device(self.device_type, index)
 

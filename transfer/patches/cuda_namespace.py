@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..errors import UnsupportedCudaAPI
+from ..likeness import alias_class
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -142,6 +143,8 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
     if pos is None:
         return impl
     translate = ctx.target.translator(f"torch.cuda.{name}")
+    if name in ("set_device", "device"):
+        translate = _negative_selects_nothing(translate)
 
     if inspect.isclass(impl):
         # Keep it a class (isinstance, subclassing) whose constructor translates.
@@ -152,8 +155,8 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
                 kwargs["device"] = translate(kwargs["device"])
             impl.__init__(self, *args, **kwargs)
 
-        return type(impl.__name__, (impl,), {"__init__": __init__, "__module__": impl.__module__,
-                                             "__qualname__": impl.__qualname__})
+        # alias_class: the vendor's own instances (torch.<vendor>.current_stream()) stay instances
+        return alias_class(impl, impl.__module__, impl.__qualname__, __init__=__init__)
 
     def with_device(*args, **kwargs):
         if len(args) > pos:
@@ -167,6 +170,14 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
     with_device.__doc__ = getattr(impl, "__doc__", None)
     with_device.__wrapped__ = impl
     return with_device
+
+
+def _negative_selects_nothing(translate: Callable) -> Callable:
+    """CUDA's set_device(-1) and device(-1) do nothing (torch.cuda._get_device_index)."""
+    def keep_negative(spec):
+        return spec if type(spec) is int and spec < 0 else translate(spec)
+
+    return keep_negative
 
 
 def _called_by_torch() -> bool:
@@ -197,7 +208,11 @@ def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bo
     native = None if impl is None else _translating(ctx, "get_device_capability", original, impl)
     message = f"torch.cuda.get_device_capability has no real value on {target_name}; it returns (0, 0)"
 
+    check = ctx.target.translator("torch.cuda.get_device_capability")
+
     def get_device_capability(device=None):
+        if native is None and device is not None:
+            check(device)  # a bad ordinal raises as on CUDA
         value = None if native is None else native(device)
         if value is None or placeholder:
             if not _called_by_torch():

@@ -56,11 +56,12 @@ def _generator_class(ctx):
     translate = ctx.target.translator("torch.Generator")
 
     class _GeneratorMeta(type(native)):
+        # Every generator is a torch.Generator; a user's subclass of it keeps type()'s own answer.
         def __instancecheck__(cls, instance):
-            return isinstance(instance, native)
+            return isinstance(instance, native) if cls is Generator else type.__instancecheck__(cls, instance)
 
         def __subclasscheck__(cls, subclass):
-            return issubclass(subclass, native)
+            return issubclass(subclass, native) if cls is Generator else type.__subclasscheck__(cls, subclass)
 
     class Generator(native, metaclass=_GeneratorMeta):
         __doc__ = native.__doc__
@@ -68,5 +69,4 @@ def _generator_class(ctx):
         def __new__(cls, device="cpu"):
             return native(translate(device))
 
-    Generator.__module__ = "torch"
-    return Generator
+    return Generator  # named torch.Generator by the registry (transfer/likeness.py)

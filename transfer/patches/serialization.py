@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.serialization
 
-from ..devices import parse_cuda
+from ..devices import InvalidDeviceError, parse_cuda
 
 
 def apply(ctx) -> None:
@@ -48,8 +48,11 @@ def _restorer(ctx):
 def _map_location(map_location, restore, translate):
     if map_location is None:
         return restore
-    if isinstance(map_location, (str, int, torch.device)):
-        return translate(map_location)
+    if isinstance(map_location, (str, torch.device)):  # an int is no map_location for torch.load, on CUDA either
+        try:
+            return translate(map_location)
+        except InvalidDeviceError as exc:
+            return _raising(exc)
     if isinstance(map_location, dict):
         # Keys are the locations saved in the file ('cuda:0', or 'npu:0' for a
         # checkpoint written under transfer); values where to put them.
@@ -74,6 +77,13 @@ def _map_location(map_location, restore, translate):
 
         return by_user
     return map_location
+
+
+def _raising(error):
+    def invalid(storage, location):  # as on CUDA: only a storage to place raises
+        raise error
+
+    return invalid
 
 
 def _place(storage, location, restore, translate):
