@@ -45,5 +45,5 @@ def test_one_log_file_per_rank_under_torchrun(tmp_path):
         with open(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl") as fh:
             records = [json.loads(line) for line in fh]
         assert {r["rank"] for r in records} == {rank}
-        assert any(r["call"].startswith("init_process_group(") and r["became"] == "backend 'gloo'" for r in records)
+        assert any("init_process_group(" in r["call"] and r["became"] == "backend 'gloo'" for r in records)
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1  # the summary: rank 0 only
