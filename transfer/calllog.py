@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -41,7 +41,7 @@ class CallLog:
         self.records: List[Dict[str, Any]] = []
         self._seen: set = set()
         self._lock = threading.Lock()
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = None  # opened on the first record, so a process logging nothing writes nothing
 
     def add(self, api: str, frame, args: tuple, kwargs: dict, cls: str, became: str) -> None:
         filename, line = frame.f_code.co_filename, frame.f_lineno
@@ -49,6 +49,10 @@ class CallLog:
                   "site": f"{filename}:{line}", "source": linecache.getline(filename, line).strip(),
                   "class": cls, "call": f"{api}({_args(args, kwargs)})", "became": became}
         with self._lock:
+            if self._file is None:
+                if _is_launcher():  # checked late: `python -m` names __main__ after torch's import
+                    return
+                self._file = open(self.path, "a", encoding="utf-8")
             self.records.append(record)
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
@@ -83,6 +87,12 @@ def _user_frame(frame):
     return None
 
 
+def _is_launcher() -> bool:
+    """torchrun's own process: it runs no user code, and has no rank of its own."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", "") == "torch.distributed.run" or os.path.basename(sys.argv[0] or "") == "torchrun"
+
+
 def attach(ctx, directory: str) -> CallLog:
     """Wrap the installed replacements of the CUDA-facing areas so each call site is logged once."""
     log = CallLog(directory, ctx)
@@ -97,7 +107,7 @@ def attach(ctx, directory: str) -> CallLog:
         setattr(record.owner, record.attribute, wrapped)
         record.replacement = wrapped
     if log.rank == "0":
-        atexit.register(lambda: sys.stderr.write(log.summary() + "\n"))
+        atexit.register(lambda: log.records and sys.stderr.write(log.summary() + "\n"))
     return log
 
 
