@@ -108,6 +108,10 @@ def _apply(profile, registry):
     )
     try:
         apply_all(ctx)
+        if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
+            from .calllog import attach
+
+            ctx.log = attach(ctx, os.environ["TRANSFER_LOG"].strip())
     except BaseException:
         registry.revert_all()
         raise
@@ -168,6 +172,8 @@ def status() -> Dict[str, Any]:
             environment=dict(ctx.env_changes),
             translations=translations_table(ctx.target),
         )
+        if getattr(ctx, "log", None) is not None:
+            info["call_sites"] = list(ctx.log.records)
         return info
 
 
@@ -184,6 +190,8 @@ def report() -> str:
         lines.append(f"  env {name}={value}")
     for row in info["translations"]:
         lines.append(f"  {row['api']}: {row['argument']} -> {row['to']}  (first at {row['first_site']})")
+    for site in info.get("call_sites", ()):
+        lines.append(f"  {site['site']}: {site['call']} -> {site['became']} [{site['class']}]")
     return "\n".join(lines)
 
 

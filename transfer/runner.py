@@ -35,6 +35,8 @@ def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
                                      "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off).")
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
+    parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
+                        "rank, in DIR (sets TRANSFER_LOG)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help=command_help)
     return parser
 
@@ -47,6 +49,8 @@ def _parse(prog: str, command_help: str, usage: str, argv: Optional[List[str]]):
     if not args.command:
         print(f"{prog}: no command given; usage: {usage}", file=sys.stderr)
         return None
+    if args.log:
+        os.environ["TRANSFER_LOG"] = os.path.abspath(args.log)
     try:
         prepare_environment(os.environ, args.device)
     except TransferError as exc:

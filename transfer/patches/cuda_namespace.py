@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .. import support
 from ..errors import UnsupportedCudaAPI
 from ..likeness import alias_class
 
@@ -31,38 +32,11 @@ _SKIP_SUFFIXES = ("Storage", "Tensor")
 _SUBMODULES = {"amp", "nvtx", "memory", "random", "streams", "graphs", "jiterator", "sparse", "tunable",
                "profiler", "nccl", "cudart", "cudaStatus", "CudaError", "DeferredCudaCallError"}
 
-# CUDA-only helpers that torch calls on itself once torch.cuda.is_available()
-# is True (FACTS: nn/modules/_functions.py asks is_current_stream_capturing).
-_INTERNAL_DEFAULTS = {
-    "is_current_stream_capturing": lambda: False,
-    "_lazy_init": lambda: None,
-    "is_initialized": lambda: True,
-    "init": lambda: None,
-    "_is_in_bad_fork": lambda: False,
-}
-
-# Missing on the target but safe to skip: housekeeping and statistics.
-_HARMLESS = {
-    "empty_cache": None,
-    "ipc_collect": None,
-    "reset_peak_memory_stats": None,
-    "reset_max_memory_allocated": None,
-    "reset_max_memory_cached": None,
-    "reset_accumulated_memory_stats": None,
-    "set_per_process_memory_fraction": None,
-    "set_sync_debug_mode": None,
-    "memory_allocated": 0,
-    "max_memory_allocated": 0,
-    "memory_reserved": 0,
-    "max_memory_reserved": 0,
-    "memory_cached": 0,
-    "max_memory_cached": 0,
-    "memory_stats": {},
-    "get_sync_debug_mode": 0,
-    "synchronize": None,
-    "is_bf16_supported": False,
-    "is_tf32_supported": False,
-}
+# The support table decides: CUDA-only helpers torch calls on itself once
+# torch.cuda.is_available() is True get a silent answer; names missing on the
+# target but safe to skip get a no-op or placeholder value with one warning.
+_INTERNAL_DEFAULTS = {name: (lambda v: lambda: v)(value) for name, value in support.INTERNAL_DEFAULTS.items()}
+_HARMLESS = support.HARMLESS
 
 
 def apply(ctx) -> None:
@@ -70,7 +44,7 @@ def apply(ctx) -> None:
     target_name = f"torch.{ctx.profile.device_type}" if not ctx.profile.is_cpu else "the cpu target"
     names = [n for n in cuda.__all__ if n not in _SUBMODULES and not n.endswith(_SKIP_SUFFIXES)]
     names += [n for n in _INTERNAL_DEFAULTS if n not in names]
-    placeholders = getattr(ctx.runtime, "PLACEHOLDERS", frozenset())
+    placeholders = support.PLACEHOLDERS.get(ctx.profile.name, frozenset())
     for name in names:
         original = getattr(cuda, name, None)
         impl = getattr(ctx.runtime, name, None)

@@ -1,0 +1,5 @@
+# -*- coding: gbk -*-
+# —µ¡∑Ω≈±æ
+import torch
+print("…Ë±∏")
+torch.cuda.synchronize()

@@ -1,0 +1,77 @@
+"""The ``transfer`` console script: ``scan``, ``port``, ``docs``.
+
+Offline tools; none of them imports torch or the patches. Exit codes: scan 0
+(with --strict: 1 when anything is unsupported on the chosen profile(s)), port
+0 (1 when a file failed to parse), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from .profiles import PROFILES
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="transfer", description="Offline tool migration for CUDA PyTorch code "
+                                     "(transfer-run runs it on the target instead).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    scan = sub.add_parser("scan", help="report every CUDA-facing use and what each target does with it")
+    scan.add_argument("paths", nargs="+", metavar="PATH", help="Python files or directories")
+    scan.add_argument("--device", "-d", choices=list(PROFILES), help="one target (default: every target side by side)")
+    scan.add_argument("--format", "-f", choices=("text", "json", "csv"), default="text")
+    scan.add_argument("--strict", action="store_true", help="exit 1 when anything is unsupported")
+    port = sub.add_parser("port", help="rewrite CUDA spellings to the vendor's own (libcst codemod)")
+    port.add_argument("paths", nargs="+", metavar="SRC", help="Python files or directories")
+    port.add_argument("--device", "-d", required=True, choices=[p for p in PROFILES if not PROFILES[p].is_cpu])
+    where = port.add_mutually_exclusive_group()
+    where.add_argument("--out", "-o", help="write the ported tree here (default: ./ported-<device>)")
+    where.add_argument("--diff", action="store_true", help="print a unified diff (apply with patch -p1), write nothing")
+    where.add_argument("--in-place", action="store_true", help="rewrite the files themselves")
+    port.add_argument("--unsafe", action="store_true", help="also make the rewrites that may change behaviour")
+    docs = sub.add_parser("docs", help="write docs/support-matrix.md from the support table")
+    docs.add_argument("--output", "-o")
+    docs.add_argument("--check", action="store_true")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "scan":
+            return _scan(args)
+        if args.command == "port":
+            return _port(args)
+    except FileNotFoundError as exc:
+        print(f"transfer {args.command}: {exc}", file=sys.stderr)
+        return 2
+    from .migrate import docs
+
+    return docs.main((["--output", args.output] if args.output else []) + (["--check"] if args.check else []))
+
+
+def _scan(args) -> int:
+    from .migrate import report
+
+    result = report.run(args.paths, [args.device] if args.device else list(PROFILES))
+    sys.stdout.write(report.FORMATS[args.format](result))
+    if args.format != "text":
+        print(report.summary(result), file=sys.stderr)
+    return 1 if args.strict and result.unsupported() else 0
+
+
+def _port(args) -> int:
+    from .migrate import tree
+
+    out = None if (args.diff or args.in_place) else (args.out or f"ported-{args.device}")
+    outcome = tree.run(args.paths, args.device, out=out, diff=sys.stdout if args.diff else None,
+                       in_place=args.in_place, unsafe=args.unsafe, errors=sys.stderr)
+    where = "" if args.diff else f"; change list: {out or '.'}/change_list.csv"
+    print(outcome.summary() + where, file=sys.stderr)
+    return 1 if outcome.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+"""Tool migration, offline: `scan` reports, `port` rewrites, `docs` renders.
+
+Everything here reads Python sources as text and the support table
+(`transfer.support`); it never imports torch nor `transfer.patches`, so it runs
+on a laptop without torch (tests/test_migrate_scan.py checks sys.modules).
+"""

@@ -1,0 +1,255 @@
+"""The support table: what each target does with each CUDA-facing API.
+
+One source of truth, read by the patches (`patches/cuda_namespace.py` derives
+its defaults, no-ops and placeholders from it), by the offline tools
+(`transfer scan`, `transfer port`), by the runtime log (``TRANSFER_LOG``) and
+by ``docs/support-matrix.md`` (generated: ``python -m transfer.migrate.docs``).
+Plain data; importing this module imports neither torch nor any patch.
+
+Every (profile, API) pair has one `Support`: its class (one of `CLASSES`),
+what the call becomes, and why. `lookup(profile, api)` answers it.
+
+Contract for ``torch.cuda.<name>`` (the API ``"torch.cuda.<name>"``), decided
+in this order, exactly as `patches/cuda_namespace.py` behaves:
+
+1. the target's module has the name (`VENDOR_API` for a vendor, `CPU_API`
+   for the cpu target): translated to ``torch.<device>.<name>`` (placeholder
+   when the target answers with a fixed value: `PLACEHOLDERS`);
+2. torch calls it on itself (`INTERNAL_DEFAULTS`): a silent fixed answer;
+3. harmless to skip (`HARMLESS`): no-op (returns None) or placeholder (returns
+   a fixed value), with one warning;
+4. anything else that is callable: unsupported (`UnsupportedCudaAPI` on use).
+
+Other APIs (Tensor methods, factories, amp, distributed, string comparisons,
+apex, ...) are rows of `OTHER_APIS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+
+from .profiles import PROFILES
+
+TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED = "translated", "no-op", "placeholder", "unsupported"
+CLASSES = (TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED)
+
+
+class Support(NamedTuple):
+    """How one profile handles one API."""
+
+    cls: str  # one of CLASSES
+    to: str  # what the call becomes ("" when nothing replaces it)
+    reason: str
+
+
+# ------------------------------------------------------------------ torch.cuda
+
+#: Public torch.cuda callables scripts use (torch 2.13's ``torch.cuda.__all__``
+#: without submodules, constants and the legacy typed *Storage/*Tensor classes).
+CUDA_NAMES: Tuple[str, ...] = (
+    "CUDAGraph", "Event", "ExternalStream", "Stream", "StreamContext", "GreenContext",
+    "caching_allocator_alloc", "caching_allocator_delete", "caching_allocator_disabled",
+    "caching_allocator_enable", "can_device_access_peer", "check_error", "current_blas_handle",
+    "current_solver_handle", "current_device", "current_stream", "default_stream", "device",
+    "device_count", "device_memory_used", "device_of", "empty_cache", "get_allocator_backend",
+    "CUDAPluggableAllocator", "change_current_allocator", "get_arch_list", "get_device_capability",
+    "get_device_name", "get_device_properties", "get_gencode_flags", "get_per_process_memory_fraction",
+    "get_rng_state", "get_rng_state_all", "get_stream_from_external", "get_sync_debug_mode", "graph",
+    "graph_pool_handle", "host_memory_stats", "host_memory_stats_as_nested_dict", "init", "initial_seed",
+    "ipc_collect", "is_available", "is_bf16_supported", "is_current_stream_capturing", "is_initialized",
+    "is_tf32_supported", "list_gpu_processes", "make_graphed_callables", "manual_seed", "manual_seed_all",
+    "max_memory_allocated", "max_memory_cached", "max_memory_reserved", "mem_get_info", "memory_allocated",
+    "memory_cached", "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "memory_usage", "MemPool", "use_mem_pool", "temperature", "power_draw", "clock_rate",
+    "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
+    "reset_max_memory_cached", "reset_peak_host_memory_stats", "reset_peak_memory_stats", "seed", "seed_all",
+    "set_device", "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
+    "set_sync_debug_mode", "stream", "synchronize", "utilization", "default_generators",
+    # not in __all__, but torch calls them on itself once is_available() is True
+    "_lazy_init", "_is_in_bad_fork",
+)
+
+_DEVICE = ("is_available", "device_count", "is_initialized", "init", "set_device", "current_device",
+           "device", "device_of", "synchronize")
+_STREAMS = ("Stream", "Event", "StreamContext", "stream", "set_stream", "current_stream", "default_stream")
+_RNG = ("default_generators", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+        "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all")
+_MEMORY = ("empty_cache", "memory_stats", "memory_stats_as_nested_dict", "reset_accumulated_memory_stats",
+           "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
+           "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+           "memory_cached", "max_memory_cached", "mem_get_info", "memory_summary")
+_COMMON = _DEVICE + _STREAMS + _RNG + _MEMORY + ("get_device_name", "get_device_properties", "is_bf16_supported")
+
+#: torch.cuda names each vendor's ``torch.<device>`` module has (read in the
+#: vendors' published sources; tests/vendors' stand-ins publish the same names).
+VENDOR_API: Mapping[str, frozenset] = {
+    "npu": frozenset(_COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
+                                "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
+    "sdaa": frozenset(_COMMON + ("_lazy_init", "_is_in_bad_fork")),
+    "gcu": frozenset(_COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
+                                "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
+}
+
+#: torch.cuda names `transfer.cpu_runtime` answers for the cpu target.
+CPU_API = frozenset(
+    _DEVICE + _STREAMS + _RNG[1:] + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
+    + ("get_device_name", "get_device_properties", "is_bf16_supported", "get_device_capability",
+       "is_current_stream_capturing", "ipc_collect", "get_sync_debug_mode", "set_sync_debug_mode",
+       "is_tf32_supported", "set_per_process_memory_fraction")
+)
+
+#: Names a target answers with a fixed value rather than a measurement.
+PLACEHOLDERS: Mapping[str, frozenset] = {
+    "cpu": frozenset({"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                      "memory_cached", "max_memory_cached", "memory_stats", "memory_summary",
+                      "get_device_capability"}),
+}
+
+#: CUDA-only helpers torch calls on itself once torch.cuda.is_available() is
+#: True (nn/modules/_functions.py asks is_current_stream_capturing): a silent answer.
+INTERNAL_DEFAULTS: Mapping[str, Any] = {
+    "is_current_stream_capturing": False,
+    "_lazy_init": None,
+    "is_initialized": True,
+    "init": None,
+    "_is_in_bad_fork": False,
+}
+
+#: Missing on the target but safe to skip (housekeeping, statistics): the
+#: value returned, with one warning.
+HARMLESS: Mapping[str, Any] = {
+    "empty_cache": None, "ipc_collect": None, "reset_peak_memory_stats": None,
+    "reset_max_memory_allocated": None, "reset_max_memory_cached": None,
+    "reset_accumulated_memory_stats": None, "set_per_process_memory_fraction": None,
+    "set_sync_debug_mode": None, "synchronize": None,
+    "memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0, "max_memory_reserved": 0,
+    "memory_cached": 0, "max_memory_cached": 0, "memory_stats": {}, "get_sync_debug_mode": 0,
+    "is_bf16_supported": False, "is_tf32_supported": False,
+}
+
+
+def target_api(profile: str) -> frozenset:
+    """The torch.cuda names the target's own module provides."""
+    return CPU_API if profile == "cpu" else VENDOR_API.get(profile, frozenset())
+
+
+def _cuda_support(profile: str, name: str) -> Support:
+    p = PROFILES[profile]
+    home = "transfer.cpu_runtime" if p.is_cpu else f"torch.{p.device_type}"
+    if name == "get_device_capability" and (name not in target_api(profile) or profile in ("npu", "cpu")):
+        why = ("torch_npu answers None unless TORCH_NPU_DEVICE_CAPABILITY is set" if profile == "npu"
+               else f"{p.vendor} has no CUDA compute capability")
+        return Support(PLACEHOLDER, "(0, 0)", f"{why}; `capability >= (8, 0)` gates take their fallback branch")
+    if name in target_api(profile):
+        if name in PLACEHOLDERS.get(profile, ()):
+            return Support(PLACEHOLDER, f"{home}.{name}", "no real value on this target; returns 0 / a neutral value")
+        return Support(TRANSLATED, f"{home}.{name}", "same function on the target's device module")
+    if name == "default_generators":
+        return Support(NOOP, "", "a tuple of CUDA generators, left as it is (empty without CUDA)")
+    if name in INTERNAL_DEFAULTS:
+        return Support(PLACEHOLDER, repr(INTERNAL_DEFAULTS[name]),
+                       "torch calls it on itself once is_available() is True; answered silently")
+    if name in HARMLESS:
+        value = HARMLESS[name]
+        if value is None:
+            return Support(NOOP, "", f"missing on {home}; housekeeping, safe to skip (one warning)")
+        return Support(PLACEHOLDER, repr(value), f"missing on {home}; a statistic, returns {value!r} (one warning)")
+    return Support(UNSUPPORTED, "", f"{p.package or 'torch'} has no equivalent (raises UnsupportedCudaAPI); "
+                                    "remove it or guard it with `if torch.version.cuda:`")
+
+
+# ------------------------------------------------------------------ other APIs
+
+# (api, class, to, reason) with {dev}, {backend}, {pkg}, {vendor} filled per
+# profile, and per-profile overrides. `to` "" means nothing replaces the call.
+_Row = Tuple[str, str, str, str, Dict[str, Tuple[str, str, str]]]
+
+OTHER_APIS: Tuple[_Row, ...] = (
+    ("Tensor.cuda", TRANSLATED, "Tensor.to('{dev}')", "moves to the target device; the index is kept", {}),
+    ("Module.cuda", TRANSLATED, "Module.to('{dev}')", "Module.cuda calls Tensor.cuda for each parameter", {}),
+    ("Tensor.is_cuda", TRANSLATED, "Tensor.is_{dev}", "True on the target device", {}),
+    ("Tensor.to", TRANSLATED, "Tensor.to('{dev}')", "a 'cuda' device argument is translated exactly", {}),
+    ("Module.to", TRANSLATED, "Module.to('{dev}')", "a 'cuda' device argument is translated exactly", {}),
+    ("Tensor.pin_memory", TRANSLATED, "Tensor.pin_memory('{dev}')", "pinned for the target device",
+     {"cpu": (NOOP, "", "pinned memory only speeds up copies to an accelerator; returns the tensor")}),
+    ("device='cuda'", TRANSLATED, "device='{dev}'",
+     "factories, new_* methods, torch.Generator, torch.load(map_location=...) take the target device", {}),
+    ("torch.device('cuda')", TRANSLATED, "torch.device('{dev}') where used",
+     "the object stays a CUDA device; every patched API translates it where it is passed", {}),
+    ("torch.cuda.amp.autocast", TRANSLATED, "torch.autocast('{dev}')", "torch.cuda.amp.autocast passes 'cuda'",
+     {"cpu": (TRANSLATED, "torch.autocast('cpu', dtype=bfloat16)",
+              "fp16 becomes bf16 (fp16 matmul on CPUs is ~1000x slower); TRANSFER_CPU_AMP_DTYPE=float16 keeps it")}),
+    ("torch.cuda.amp.GradScaler", TRANSLATED, "torch.amp.GradScaler('{dev}')", "scaler on the target device", {}),
+    ("torch.cuda.amp.custom_fwd", TRANSLATED, "torch.amp.custom_fwd(device_type='{dev}')", "", {}),
+    ("torch.cuda.amp.custom_bwd", TRANSLATED, "torch.amp.custom_bwd(device_type='{dev}')", "", {}),
+    ("torch.autocast", TRANSLATED, "torch.autocast('{dev}')", "device_type 'cuda' is translated", {}),
+    ("torch.amp.GradScaler", TRANSLATED, "torch.amp.GradScaler('{dev}')", "device 'cuda' is translated", {}),
+    ("torch.backends.cudnn", NOOP, "", "cuDNN flags; the target runs its own kernels and never reads them", {}),
+    ("torch.backends.cuda", NOOP, "", "CUDA matmul/SDPA flags; the target never reads them", {}),
+    ("torch.cuda.nvtx", NOOP, "", "profiler ranges are not recorded on the target; the calls do nothing", {}),
+    ("torch.cuda.amp", TRANSLATED, "torch.amp", "autocast/GradScaler with the target device", {}),
+    ("backend='nccl'", TRANSLATED, "'{backend}'",
+     "init_process_group/new_group: 'nccl', None, 'cuda:nccl' become the target's collectives", {}),
+    ("torch.distributed.init_process_group", TRANSLATED, "init_process_group('{backend}')",
+     "backend and device_id translated", {}),
+    ("torch.distributed.new_group", TRANSLATED, "new_group(backend='{backend}')", "backend translated", {}),
+    ("torch.distributed.get_backend", TRANSLATED, "'{backend}'",
+     "returns the backend in use, never 'nccl': `== 'nccl'` tests are False", {}),
+    ("torch.distributed.is_nccl_available", PLACEHOLDER, "True", "the target's backend stands in for nccl", {}),
+    ("compare 'cuda'", UNSUPPORTED, "",
+     "devices are not disguised: `x.device.type == 'cuda'` is False on {dev}; `transfer port --unsafe` "
+     "makes the test accept '{dev}'", {}),
+    ("compare 'nccl'", UNSUPPORTED, "",
+     "get_backend() returns '{backend}', so `== 'nccl'` is False; `transfer port --unsafe` accepts '{backend}'", {}),
+    ("torch.nn.parallel.DistributedDataParallel", TRANSLATED, "DDP on {dev}",
+     "device_ids/output_device keep their index", {}),
+    ("torch.nn.SyncBatchNorm", TRANSLATED, "SyncBatchNorm on {dev}", "the device check accepts the target",
+     {"cpu": (TRANSLATED, "SyncBatchNorm on cpu", "transfer adds the CPU kernels stock torch lacks")}),
+    ("torch.nn.DataParallel", TRANSLATED, "one {dev} device",
+     "torch's scatter/gather are CUDA-only C++: runs on one device of the target; use DDP for more", {}),
+    ("torch.utils.cpp_extension.CUDAExtension", UNSUPPORTED, "",
+     "CUDA C++ kernels do not run on {vendor}; port them to the vendor's kernel language and build system", {}),
+    ("apex", UNSUPPORTED, "",
+     "apex's fused kernels (amp_C, FusedAdam, ...) are CUDA C++; use torch.amp and torch.optim (fused/foreach)", {}),
+    ("torch.jit.script", TRANSLATED, "unchanged", "transfer leaves TorchScript alone",
+     {"npu": (UNSUPPORTED, "", "torch_npu does not run TorchScript on npu (transfer_to_npu disables "
+                              "torch.jit.script); remove it or trace with torch.compile")}),
+    ("torch.version.cuda", TRANSLATED, "unchanged", "stays None on a CPU build / the vendor build: not patched", {}),
+)
+
+_OTHER: Dict[str, _Row] = {row[0]: row for row in OTHER_APIS}
+
+
+def _other_support(profile: str, row: _Row) -> Support:
+    api, cls, to, reason, overrides = row
+    if profile in overrides:
+        cls, to, reason = overrides[profile]
+    p = PROFILES[profile]
+    fill = dict(dev=p.device_type, backend=p.backend, pkg=p.package or "torch", vendor=p.vendor)
+    return Support(cls, to.format(**fill), reason.format(**fill))
+
+
+def lookup(profile: str, api: str) -> Support:
+    """How `profile` handles `api` ("torch.cuda.synchronize", "Tensor.cuda", ...).
+
+    A torch.cuda name the table does not list (a newer torch) follows the
+    torch.cuda contract above; any other unknown API raises KeyError.
+    """
+    if profile not in PROFILES:
+        raise KeyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    if api in _OTHER:
+        return _other_support(profile, _OTHER[api])
+    if api.startswith("torch.cuda."):
+        return _cuda_support(profile, api[len("torch.cuda."):])
+    raise KeyError(f"{api!r} is not in the support table")
+
+
+def apis() -> List[str]:
+    """Every API of the table, torch.cuda first, in table order."""
+    return [f"torch.cuda.{n}" for n in CUDA_NAMES if not n.startswith("_")] + [row[0] for row in OTHER_APIS]
+
+
+def table(profiles: Optional[List[str]] = None) -> List[Tuple[str, Dict[str, Support]]]:
+    """(api, {profile: Support}) for every API, for the docs and the tools."""
+    names = list(profiles or PROFILES)
+    return [(api, {p: lookup(p, api) for p in names}) for api in apis()]
