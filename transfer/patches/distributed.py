@@ -102,7 +102,7 @@ def apply(ctx) -> None:
         reg.wrap("distributed.init_process_group" + suffix, owner, "init_process_group", init_process_group)
         reg.wrap("distributed.new_group" + suffix, owner, "new_group", new_group)
         reg.replace("distributed.is_nccl_available" + suffix, owner, "is_nccl_available", lambda: True)
-    if ctx.profile.set_device_before_init:
+    if ctx.profile.set_device_before_init and reg.enabled("distributed.set_device_before_init"):
         _device_before_creator(ctx, dist)
 
 

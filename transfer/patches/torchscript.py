@@ -26,7 +26,8 @@ import torch
 
 
 def apply(ctx) -> None:
-    _register_builtins(ctx)
+    if ctx.registry.enabled("torchscript.builtins"):
+        _register_builtins(ctx)
     _retarget_scripted_code(ctx)
 
 

@@ -50,7 +50,7 @@ def full_digest(model):
     return h.hexdigest()[:16]
 
 
-def train(model, inputs, targets, steps=40):
+def train(model, inputs, targets, steps=30):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=True)
     losses = []
     for _ in range(steps):
@@ -68,8 +68,8 @@ def main():
     rank = mesh.get_rank()
 
     torch.manual_seed(0)  # the same data and initial weights on every rank
-    inputs = torch.randn(32, 16, device="cuda")
-    targets = torch.randn(32, 8, device="cuda")
+    inputs = torch.randn(8, 4, 16, device="cuda")  # (batch, sequence, features)
+    targets = torch.randn(8, 4, 8, device="cuda")
 
     tp_model = parallelize_module(ToyModel().to("cuda"), mesh,
                                   {"in_proj": ColwiseParallel(), "out_proj": RowwiseParallel()})
@@ -78,10 +78,12 @@ def main():
     torch.manual_seed(0)
     sp_model = parallelize_module(
         NormModel().to("cuda"), mesh,
-        {"norm": SequenceParallel(),
-         "in_proj": ColwiseParallel(input_layouts=Shard(0)),
-         "out_proj": RowwiseParallel(output_layouts=Shard(0))})
-    sp = train(sp_model, inputs, targets)
+        {"norm": SequenceParallel(),  # LayerNorm on this rank's part of the sequence
+         "in_proj": ColwiseParallel(input_layouts=Shard(1)),
+         "out_proj": RowwiseParallel()})
+    # SequenceParallel takes each rank's slice of the sequence as that rank's input.
+    chunk = inputs.size(1) // world_size
+    sp = train(sp_model, inputs[:, rank * chunk:(rank + 1) * chunk], targets)
 
     device = next(tp_model.parameters()).to_local().device
     print(f"rank {rank}: tp loss {tp[0]:.4f} -> {tp[-1]:.4f}; sp loss {sp[0]:.4f} -> {sp[-1]:.4f}")
