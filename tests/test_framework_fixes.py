@@ -45,6 +45,16 @@ def test_torchscript_compiles_factory_calls_and_runs_them_on_the_target(cpu_targ
     assert devices and all(d == "cpu" for d in devices), devices
 
 
+class FilledModule(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.full((2,), 2.0, device="cuda")
+
+
+def test_scripted_module_runs_on_the_target(cpu_target):
+    module = torch.jit.script(FilledModule())
+    assert module(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
 def test_uninstall_restores_the_builtin_table_exactly(monkeypatch):
     import torch.jit._builtins as builtins
     import transfer
@@ -57,7 +67,8 @@ def test_uninstall_restores_the_builtin_table_exactly(monkeypatch):
     assert builtins._get_builtin_table()[id(replacement)] == "aten::zeros"
     transfer.uninstall()
     assert dict(builtins._get_builtin_table()) == before
-    assert torch.jit.script is torch.jit._script.script  # the original, put back
+    assert torch.jit.script is torch.jit._script.script  # the original, put back in both homes
+    assert not hasattr(torch.jit.script, "__wrapped__")
 
 
 def test_disabling_the_torchscript_area_shows_the_failure_it_fixes(tmp_path):
