@@ -133,7 +133,7 @@ def test_module_moves(cpu_target):
 
 
 def test_cuda_namespace(cpu_target, monkeypatch):
-    assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 2  # DEFAULT_DEVICES
     monkeypatch.setenv("TRANSFER_CPU_DEVICES", "3")
     assert torch.cuda.device_count() == 3
     torch.cuda.set_device("cuda:2")

@@ -21,6 +21,17 @@ Scripts, none of which mentions transfer:
               NCCL_SOCKET_IFNAME=lo and NCCL_IB_DISABLE=1 set as a user would, each node
               seeing one card (CUDA_VISIBLE_DEVICES=0 / 1)
   8 controls  scripts 2 and 6 without the shim, and script 2 with the distributed area disabled
+  9 idioms    tests/scripts/idioms/, public-script idioms (issue 9), on every target, ways rotating:
+              tp     tensor + sequence parallel over init_device_mesh("cuda", ...), torchrun 2 ranks
+                     (the mesh creates the process group itself: tccl's set-device rule)
+              fsdp2  fully_shard per block and root, torchrun 2 ranks (where torch has fully_shard)
+              amp    GradScaler + autocast fp16 + clip_grad_norm_ under DDP, optimizer built before
+                     model.to(local_rank), torchrun 2 ranks
+              lstm   a 2-layer nn.LSTM character language model, one process
+              jit    a model calling @torch.jit.script helpers (one builds a tensor with
+                     device="cuda"), one process
+              Each asserts every rank's "done", the digest on the expected device, the stand-in stats,
+              and that the model learned (final loss under a quarter of the first, accuracy >= 0.9).
 
 The covering subset (the full 8 x 4 x 3 product would take about an hour on two cores):
 every script runs on every target where it makes sense (seed000 is sdaa-native), and each way in is used on each target by script 1 or 2 (script 1
@@ -109,6 +120,60 @@ CELLS = [
     Cell("ddp", "sdaa", "env", "control-no-distributed-area"),
     Cell("mmengine", "gcu", "none", "control"),
 ]
+
+# Public-script idioms (issue 9 item 4): every idiom on every target, the ways rotating.
+IDIOMS = {  # cell script -> (file in tests/scripts/idioms, ranks under torchrun or 0 for one process)
+    "tp": ("tensor_parallel.py", 2),
+    "fsdp2": ("fsdp2.py", 2),
+    "amp": ("amp_grad_scaler.py", 2),
+    "lstm": ("lstm_lm.py", 0),
+    "jit": ("jit_helpers.py", 0),
+}
+_WAYS = ("env", "import", "runner")
+IDIOM_CELLS = [Cell(script, profile, _WAYS[(i + j) % 3])
+               for i, script in enumerate(IDIOMS) for j, profile in enumerate(("cpu", "npu", "sdaa", "gcu"))]
+CELLS += IDIOM_CELLS
+
+# Cells that fail today only because the stand-ins are laxer or poorer than the real plug-ins
+# (issue 9 cause 4 and 6, fixed in tests/vendors by another change): strict, so they turn red
+# the moment the stand-ins are fixed and the mark can go.
+_STANDIN_PARAMETER_IDENTITY = (
+    "stand-in: Module.to('<vendor>') makes new Parameter objects (no _has_compatible_shallow_copy_type "
+    "for PrivateUse1; torch_npu registers it), so the optimizer built before model.to() holds stale "
+    "parameters: GradScaler 'No inf checks were recorded for this optimizer' (issue 9 cause 4)")
+_STANDIN_LSTM = ("stand-in: no PrivateUse1 kernel for aten::_thnn_fused_lstm_cell, so nn.LSTM cannot run "
+                 "(issue 9 cause 6)")
+# cell id -> (reason, the text the failure must show to count as that gap)
+XFAIL = {c.id: (_STANDIN_PARAMETER_IDENTITY, "No inf checks were recorded for this optimizer")
+         for c in IDIOM_CELLS if c.script == "amp" and c.profile != "cpu"}
+XFAIL.update({c.id: (_STANDIN_LSTM, "aten::_thnn_fused_lstm_cell")
+              for c in IDIOM_CELLS if c.script == "lstm" and c.profile != "cpu"})
+
+
+class StandInGap(Exception):
+    """The run failed with the named stand-in gap (the only failure an XFAIL cell may show)."""
+
+
+def _has_fully_shard() -> bool:
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        try:
+            from torch.distributed._composable.fsdp import fully_shard  # noqa: F401  (torch 2.4-2.5)
+        except ImportError:
+            return False
+    return True
+
+
+def _param(cell: Cell):
+    marks = []
+    if cell.id in XFAIL:
+        marks.append(pytest.mark.xfail(reason=XFAIL[cell.id][0], raises=StandInGap, strict=True))
+    if cell.id in COMPAT_CELLS:
+        marks.append(pytest.mark.compat)
+    if cell.script == "fsdp2" and not _has_fully_shard():
+        marks.append(pytest.mark.skip(reason="this torch has no fully_shard (FSDP2)"))
+    return pytest.param(cell, marks=marks, id=cell.id)
 
 
 # ---------------------------------------------------------------- running one cell
@@ -235,6 +300,11 @@ def run_cell(cell: Cell, base: str) -> Outcome:
         env = environment(cell, workdir, base)
         launch(outcome, [command(cell, os.path.join(SCRIPTS, "mmengine_like.py"),
                                  ["--work-dir", os.path.join(workdir, "work_dirs")], workdir, torchrun())], env)
+    elif cell.script in IDIOMS:
+        name, ranks = IDIOMS[cell.script]
+        env = environment(cell, workdir, base)
+        launch(outcome, [command(cell, os.path.join(SCRIPTS, "idioms", name), [], workdir,
+                                 torchrun(ranks) if ranks else ())], env)
     elif cell.script == "multinode":
         port = free_port()
         commands, envs = [], []
@@ -267,7 +337,8 @@ def matrix(request, tmp_path_factory, extension):
     """Start every selected cell of this module in a pool; tests wait for their own."""
     base = str(tmp_path_factory.mktemp("e2e"))
     selected = [item.callspec.params["cell"] for item in request.session.items
-                if item.module is request.module and hasattr(item, "callspec") and "cell" in item.callspec.params]
+                if item.module is request.module and hasattr(item, "callspec") and "cell" in item.callspec.params
+                and item.get_closest_marker("skip") is None]
     pool = ThreadPoolExecutor(max_workers=JOBS, thread_name_prefix="e2e")
     lock = threading.Lock()  # vendor_site creation
     def one(cell):
@@ -359,13 +430,14 @@ def check_matches_reference(path: str) -> None:
 COMPAT_CELLS = {"ddp-cpu-env", "ddp-sdaa-env", "train-npu-env", "train-sdaa-runner", "seed000-sdaa-env"}
 
 
-@pytest.mark.parametrize("cell", [pytest.param(c, marks=[pytest.mark.compat] if c.id in COMPAT_CELLS else [])
-                                  for c in CELLS], ids=lambda c: c.id)
+@pytest.mark.parametrize("cell", [_param(c) for c in CELLS])
 def test_cell(cell, matrix):
     outcome = matrix[cell.id].result()
     profile = cell.profile
     if cell.variant:
         return check_control(outcome)
+    if cell.id in XFAIL and XFAIL[cell.id][1] in outcome.stderr:
+        raise StandInGap(XFAIL[cell.id][0])  # any other failure is reported as a failure
     check_ok(outcome)
     check_reports(outcome)
     if cell.script == "train":
@@ -387,6 +459,8 @@ def test_cell(cell, matrix):
     elif cell.script == "seed000":
         check_digests(outcome, 4, expected_devices(profile, [0, 1, 2, 3]))
         check_stats(outcome, [0, 1, 2, 3], distributed=True)
+    elif cell.script in IDIOMS:
+        check_idiom(outcome)
     elif cell.script == "multinode":
         check_digests(outcome, 2, expected_devices(profile, [0, 0]))  # one rank per node: local device 0
         check_stats(outcome, [0, 0], distributed=True)
@@ -400,6 +474,26 @@ def test_cell(cell, matrix):
         assert f"NCCL_IB_DISABLE has no equivalent for {BACKENDS[profile]}" in outcome.stderr, outcome.log()
     else:
         raise AssertionError(cell)
+
+
+LOSS = re.compile(r"loss ([\d.]+) -> ([\d.]+)")
+ACCURACY = re.compile(r"rank \d+: .*accuracy ([\d.]+)")
+
+
+def check_idiom(outcome: Outcome) -> None:
+    """Every rank finished on its device, collectives went through the vendor, the model learned."""
+    ranks = IDIOMS[outcome.cell.script][1]
+    world = max(1, ranks)
+    done = sorted(int(r) for r in re.findall(r"rank (\d+): done", outcome.stdout))
+    assert done == list(range(world)), f"ranks that finished: {done}\n{outcome.log()}"
+    check_digests(outcome, world, expected_devices(outcome.cell.profile, range(world)))
+    check_stats(outcome, list(range(world)), distributed=bool(ranks))
+    losses = [(float(a), float(b)) for a, b in LOSS.findall(outcome.stdout)]
+    assert len(losses) >= world, outcome.log()
+    for first, last in losses:
+        assert last < first / 4, f"did not learn: loss {first} -> {last}\n{outcome.log()}"
+    for accuracy in ACCURACY.findall(outcome.stdout):
+        assert float(accuracy) >= 0.9, outcome.log()
 
 
 def check_control(outcome: Outcome) -> None:
@@ -433,3 +527,6 @@ def test_the_matrix_covers_every_way_on_every_target():
             assert any(c.script == script and c.profile == profile and not c.variant for c in CELLS), (script, profile)
     assert {c.profile for c in CELLS if c.script == "multinode"} == {"cpu", "npu", "sdaa", "gcu"}
     assert {(c.script, c.way) for c in CELLS if c.variant} >= {("ddp", "none"), ("mmengine", "none")}
+    for script in IDIOMS:
+        assert {c.profile for c in CELLS if c.script == script} == set(BACKENDS), script
+        assert {c.way for c in CELLS if c.script == script} <= {"env", "import", "runner"}

@@ -43,13 +43,24 @@ def init() -> None:
     pass
 
 
+#: Devices the cpu target reports when neither TRANSFER_CPU_DEVICES nor
+#: LOCAL_WORLD_SIZE says otherwise. Two, deliberately: the smallest count that
+#: takes a script's multi-device paths (``mp.spawn(nprocs=device_count())``
+#: starts 2 workers, so DistributedSampler, DDP and collectives run), that
+#: launchers counting devices before any worker exists accept for the usual
+#: ``devices=2`` (Lightning), and whose cost does not grow with the machine
+#: (os.cpu_count() workers would oversubscribe the cores every worker already
+#: uses). One device would silently skip every distributed path.
+DEFAULT_DEVICES = 2
+
+
 def device_count() -> int:
-    """TRANSFER_CPU_DEVICES, else LOCAL_WORLD_SIZE (set by torchrun), else 1."""
+    """TRANSFER_CPU_DEVICES, else LOCAL_WORLD_SIZE (set by torchrun), else DEFAULT_DEVICES (2)."""
     for name in ("TRANSFER_CPU_DEVICES", "LOCAL_WORLD_SIZE"):
         value = os.environ.get(name, "").strip()
         if value.isdigit() and int(value) > 0:
             return int(value)
-    return 1
+    return DEFAULT_DEVICES
 
 
 def _index(device: Any = None) -> int:

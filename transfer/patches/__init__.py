@@ -33,6 +33,7 @@ AREAS = (
     "sync_batchnorm",  # SyncBatchNorm device check (and CPU kernels)
     "data_parallel",  # nn.DataParallel
     "shutdown",  # clean interpreter exit after distributed jobs
+    "torchscript",  # last: TorchScript maps the replacements to torch's builtins
 )
 
 

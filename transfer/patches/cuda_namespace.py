@@ -61,6 +61,8 @@ def apply(ctx) -> None:
             impl = _INTERNAL_DEFAULTS[name]
         elif name in _HARMLESS:
             impl = _noop(ctx, name, _HARMLESS[name], target_name)
+        elif inspect.isclass(original):
+            impl = _unsupported_class(ctx, name, target_name)
         elif callable(original):
             impl = _unsupported(ctx, name, target_name)
         else:
@@ -249,18 +251,38 @@ def _noop(ctx, name: str, value: Any, target_name: str) -> Callable:
     return noop
 
 
-def _unsupported(ctx, name: str, target_name: str) -> Callable:
+def _unsupported_message(ctx, name: str, target_name: str) -> str:
     package = ctx.profile.package or "torch"
+    return (f"torch.cuda.{name} is not supported on {target_name}: {package} has no "
+            f"equivalent. Remove the call, or guard it with `if torch.version.cuda:`; "
+            f"TRANSFER_DEVICE=off runs the script without translation.")
+
+
+def _unsupported(ctx, name: str, target_name: str) -> Callable:
+    message = _unsupported_message(ctx, name, target_name)
 
     def unsupported(*args, **kwargs):
-        raise UnsupportedCudaAPI(
-            f"torch.cuda.{name} is not supported on {target_name}: {package} has no "
-            f"equivalent. Remove the call, or guard it with `if torch.version.cuda:`; "
-            f"TRANSFER_DEVICE=off runs the script without translation."
-        )
+        raise UnsupportedCudaAPI(message)
 
     unsupported.__name__ = name
     return unsupported
+
+
+def _unsupported_class(ctx, name: str, target_name: str) -> type:
+    """A class standing for a CUDA class the target lacks (CUDAGraph, MemPool, graph, ...).
+
+    It stays a class, so code that only names it works: ``torch.cuda.CUDAGraph | None``
+    annotations evaluated at import (transformers), subclasses, ``isinstance`` checks
+    (always False: no instance exists). Constructing it, or a subclass, raises
+    `UnsupportedCudaAPI`.
+    """
+    message = _unsupported_message(ctx, name, target_name)
+
+    def __new__(cls, *args, **kwargs):
+        raise UnsupportedCudaAPI(message)
+
+    return type(name, (), {"__new__": __new__, "__module__": "torch.cuda", "__qualname__": name,
+                           "__doc__": message})
 
 
 def _patch_nvtx(ctx) -> None:

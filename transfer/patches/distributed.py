@@ -2,10 +2,17 @@
 
 Accepted spellings: 'nccl' (any case, or dist.Backend.NCCL), None (for
 init_process_group), 'cuda:nccl' and 'cpu:gloo,cuda:nccl'. device_id
-arguments are translated. For targets whose collectives need the device set
-before initialisation (tccl, seed 000), the device is set from LOCAL_RANK (or
-the rank) when the script has not set one yet, since many public examples call
-init_process_group before torch.cuda.set_device.
+arguments are translated; on the cpu target (gloo) they are checked and
+dropped, since torch accepts only an accelerator there (Lightning passes
+``device_id=cuda:N``).
+
+For targets whose collectives need the device set before initialisation
+(tccl, seed 000), the device is set from LOCAL_RANK (or the rank) when the
+script has not set one yet, since many public examples call
+init_process_group before torch.cuda.set_device. The rule sits in the
+backend's registered creator, so it holds for every process group torch
+creates: init_process_group, new_group, DeviceMesh/init_device_mesh (which
+call torch's own functions) and frameworks.
 """
 
 from __future__ import annotations
@@ -55,6 +62,12 @@ def apply(ctx) -> None:
 
     translate_device = ctx.target.translator("init_process_group(device_id)")
 
+    def device_id(value):
+        translated = translate_device(value)  # checks the index against the device count
+        if ctx.profile.is_cpu and isinstance(translated, torch.device) and translated.type == "cpu":
+            return None  # torch rejects a cpu device_id; gloo binds no device
+        return translated
+
     def init_process_group(wrapped, instance, args, kwargs):
         asked = args[0] if args else kwargs.get("backend")
         if args:
@@ -62,7 +75,7 @@ def apply(ctx) -> None:
         else:
             kwargs["backend"] = translate_backend(ctx, kwargs.get("backend"))
         if kwargs.get("device_id") is not None:
-            kwargs["device_id"] = translate_device(kwargs["device_id"])
+            kwargs["device_id"] = device_id(kwargs["device_id"])
         if ctx.profile.set_device_before_init and not ctx.device_selected:
             _select_device_for_rank(ctx, kwargs.get("rank", args[4] if len(args) > 4 else -1))
         try:
@@ -80,7 +93,7 @@ def apply(ctx) -> None:
         elif kwargs.get("backend") is not None:
             kwargs["backend"] = translate_backend(ctx, kwargs["backend"])
         if kwargs.get("device_id") is not None:
-            kwargs["device_id"] = translate_device(kwargs["device_id"])
+            kwargs["device_id"] = device_id(kwargs["device_id"])
         return wrapped(*args, **kwargs)
 
     reg = ctx.registry
@@ -89,6 +102,46 @@ def apply(ctx) -> None:
         reg.wrap("distributed.init_process_group" + suffix, owner, "init_process_group", init_process_group)
         reg.wrap("distributed.new_group" + suffix, owner, "new_group", new_group)
         reg.replace("distributed.is_nccl_available" + suffix, owner, "is_nccl_available", lambda: True)
+    if ctx.profile.set_device_before_init and reg.enabled("distributed.set_device_before_init"):
+        _device_before_creator(ctx, dist)
+
+
+def _device_before_creator(ctx, dist) -> None:
+    """Wrap the target backend's registered creator so the device is set first.
+
+    torch calls the creator for every process group it builds, whichever API
+    asked (DeviceMesh imports init_process_group and new_group by name, so
+    wrapping the public functions alone misses it).
+    """
+    plugins = getattr(dist.Backend, "_plugins", None)
+    key = ctx.profile.backend.upper()
+    plugin = None if plugins is None else plugins.get(key)
+    if plugin is None or not hasattr(plugin, "_replace"):
+        return  # the vendor registers no Python creator here: the public wrappers cover it
+    creator = plugin.creator_fn
+
+    def creator_after_set_device(*args, **kwargs):
+        if not ctx.device_selected:
+            rank = dist.get_rank() if dist.is_initialized() else _creator_rank(args)
+            _select_device_for_rank(ctx, rank)
+        return creator(*args, **kwargs)
+
+    creator_after_set_device.__name__ = getattr(creator, "__name__", "creator")
+    creator_after_set_device.__wrapped__ = creator
+    plugins[key] = plugin._replace(creator_fn=creator_after_set_device)
+
+    def undo() -> None:
+        if plugins.get(key) is not None and plugins[key].creator_fn is creator_after_set_device:
+            plugins[key] = plugin
+
+    ctx.registry.on_revert("distributed.set_device_before_init", undo)
+
+
+def _creator_rank(args) -> int:
+    """The rank a backend creator was called with: (store, rank, size, timeout) or (options, ...)."""
+    if len(args) > 1 and isinstance(args[1], int):
+        return args[1]
+    return getattr(args[0], "group_rank", -1) if args else -1
 
 
 def _explain(exc: BaseException, ctx, asked, used) -> None:
