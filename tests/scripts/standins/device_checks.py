@@ -421,18 +421,35 @@ def lstm_and_gru_train():
 def vendor_names_frameworks_import():
     # The torch_npu names transformers / MMEngine / accelerate import (the real wheel has them);
     # the other vendors do not publish them.
+    amp = importlib.import_module(f"torch.{VENDOR}.amp")  # torch.<name> is a package in the real plug-ins
+    assert amp.GradScaler is mod.amp.GradScaler
+    if VENDOR in ("npu", "gcu"):  # legacy typed tensor classes (MMEngine: Union[torch.BoolTensor, torch.npu.BoolTensor])
+        import typing
+
+        assert typing.Union[torch.BoolTensor, mod.BoolTensor] is not None
+        assert isinstance(torch.ones(2, dtype=torch.bool, device=D1), mod.BoolTensor)
+        assert not isinstance(torch.ones(2, dtype=torch.bool), mod.BoolTensor)
+        assert not isinstance(torch.ones(2, device=D1), mod.LongTensor)
+        made = mod.FloatTensor(2, 3)
+        assert made.shape == (2, 3) and made.dtype == torch.float32 and made.device.type == VENDOR
+        assert mod.LongTensor([1, 2]).tolist() == [1, 2]
+    else:
+        assert not hasattr(mod, "BoolTensor")
     if VENDOR != "npu":
         for absent in ("set_compile_mode", "utils"):
             assert not hasattr(mod, absent), absent
         assert not hasattr(pkg, "npu_fusion_attention")
         return
     import torch_npu.npu.utils as npu_utils
+    from torch.npu.amp import GradScaler  # noqa: F401  (MMEngine's import)
+    assert importlib.import_module("torch.npu.utils") is npu_utils
     from torch_npu import npu_fusion_attention
     from torch_npu.optim import NpuFusedAdamW
 
     mod.set_compile_mode(jit_compile=False)
     assert mod.is_jit_compile_false() is True and "set_compile_mode" in mod.__all__
     assert npu_utils.current_device() == mod.current_device() and npu_utils.get_cann_version()
+    assert npu_utils.get_soc_version() >= 220  # MMEngine: full-precision support on Ascend 910B and later
     assert issubclass(NpuFusedAdamW, torch.optim.AdamW) and issubclass(NpuFusedAdamW, pkg.optim.NpuFusedOptimizerBase)
     torch.manual_seed(0)
     b, s, n, d = 2, 6, 2, 4

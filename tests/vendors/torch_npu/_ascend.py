@@ -7,7 +7,7 @@ Mirrors torch_npu 2.13.0 (the PyPI wheel, read without importing it):
   MMEngine calls ``set_compile_mode`` while detecting the npu and silently
   takes its CUDA path if it fails.
 * ``torch_npu.npu.utils``: the device/stream helpers of the real module
-  (``torch_npu/npu/utils.py``), plus ``get_cann_version``,
+  (``torch_npu/npu/utils.py``), plus ``get_cann_version``, ``get_soc_version``,
   ``is_support_inf_nan``; MMEngine imports it to detect the npu.
 * ``torch_npu.npu_fusion_attention`` (an op of the real wheel,
   ``npu_native_functions_by_codegen.yaml``): transformers imports it when it
@@ -28,6 +28,7 @@ import types
 import torch
 
 CANN_VERSION = "8.3.RC1"  # what get_cann_version() reports (simulated)
+SOC_VERSION = 221  # get_soc_version(): torch_npu's SocVersion number of an Ascend910B2 (assumed)
 
 _FULL_WINDOW = 2147483647
 
@@ -56,14 +57,20 @@ def extend(npu: types.ModuleType, package: types.ModuleType) -> None:
                  "stream", "set_stream", "current_stream", "default_stream", "is_bf16_supported"):
         setattr(utils, name, getattr(npu, name))
     utils.get_cann_version = get_cann_version
+    utils.get_soc_version = get_soc_version
     utils.is_support_inf_nan = lambda: True
     utils.__all__ = [n for n in vars(utils) if not n.startswith("_")]
     npu.utils = utils
-    sys.modules[utils.__name__] = utils
+    sys.modules[utils.__name__] = sys.modules[f"torch.{npu.__name__.rsplit('.', 1)[1]}.utils"] = utils
 
     package.npu_fusion_attention = npu_fusion_attention
     package.optim = _optim_module(package.__name__)
     sys.modules[package.optim.__name__] = package.optim
+
+
+def get_soc_version() -> int:
+    """The chip's SocVersion number (torch_npu/npu/_backends.py); MMEngine compares it with 220."""
+    return SOC_VERSION
 
 
 def get_cann_version(module="CANN"):
