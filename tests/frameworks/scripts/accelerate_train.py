@@ -34,7 +34,7 @@ def main(out_dir):
     with torch.no_grad():
         accuracy = (model(x.to(accelerator.device)).argmax(1).cpu() == y).float().mean().item()
     accelerator.wait_for_everyone()
-    write_result(out_dir, model, accuracy=accuracy, device=str(accelerator.device),
+    write_result(out_dir, model, accuracy=accuracy, device=str(accelerator.device), model_class=type(model).__name__,
                  distributed_type=str(accelerator.distributed_type), mixed_precision=accelerator.mixed_precision,
                  finished=True)
     accelerator.end_training()
