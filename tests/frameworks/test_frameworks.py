@@ -46,7 +46,7 @@ BACKEND = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 # Which path each framework takes under transfer: its own vendor support ("native") or CUDA.
 ACCELERATE_TYPE = {"cpu": "MULTI_GPU", "npu": "MULTI_NPU", "sdaa": "MULTI_SDAA", "gcu": "MULTI_GPU"}
 MMENGINE_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "cuda", "gcu": "cuda"}
-TRANSFORMERS_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "cuda", "gcu": "cuda"}
+TRANSFORMERS_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}
 
 
 class KnownBug(Exception):
