@@ -6,7 +6,8 @@ GPUs (none mentions transfer), launched the framework's way with ``TRANSFER_DEVI
 * accelerate: ``accelerate launch --multi_gpu --num_processes 2``, fp32 and ``--mixed_precision fp16``;
 * Lightning: ``Trainer(accelerator="gpu"|"cuda", devices=2, strategy="ddp")``, 32-true and 16-mixed;
 * MMEngine: ``Runner(launcher="pytorch")`` under torchrun, its default wrapper (seed 002's path);
-* transformers: ``Trainer`` on a tiny GPT-2 with tied embeddings, built from a config, under torchrun.
+* transformers: ``Trainer`` on a tiny GPT-2 with tied embeddings, built from a config, under torchrun;
+* DeepSpeed: ``deepspeed.initialize`` with ZeRO stage 1 (torch AdamW, no compiled ops), under torchrun.
 
 One vendor package is importable per job (a PYTHONPATH entry holding only ``torch_<vendor>``), as
 on a real machine: accelerate and MMEngine import every plug-in they find. Asserted from outside,
@@ -46,7 +47,8 @@ BACKEND = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 # Which path each framework takes under transfer: its own vendor support ("native") or CUDA.
 ACCELERATE_TYPE = {"cpu": "MULTI_GPU", "npu": "MULTI_NPU", "sdaa": "MULTI_SDAA", "gcu": "MULTI_GPU"}
 MMENGINE_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "cuda", "gcu": "cuda"}
-TRANSFORMERS_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}
+TRANSFORMERS_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}  # accelerate's choice
+DEEPSPEED_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}
 
 
 class KnownBug(Exception):
@@ -60,6 +62,9 @@ TORCHSCRIPT = ("issue 9 cause 1: TorchScript does not see the original tensor-fa
 CUDA_CLASSES = ("issue 9 cause 2: torch.cuda.CUDAGraph is a function where the target lacks it, so "
                 "transformers' `torch.cuda.CUDAGraph | None` raises at import",
                 "unsupported operand type(s) for |: 'function' and 'NoneType'")
+DEVICE_ID = ("issue 9 cause 3: a cuda device_id passed to init_process_group becomes cpu on the cpu target, "
+             "which torch rejects",
+             "init_process_group device_id parameter must be an accelerator with an index")
 LIGHTNING_CPU = ("issue 9 cause 3: Lightning counts 1 device on the cpu target before workers exist "
                  "(and passes a cuda device_id that becomes cpu)",
                  "But your machine only has: [0]")
@@ -75,7 +80,7 @@ def _require(module):
         __import__(module)
     except ImportError as exc:
         pytest.fail(f"{module} is not installed: pip install -c tests/frameworks/constraints.txt "
-                    f"accelerate pytorch-lightning mmengine transformers ({exc})")
+                    f"accelerate pytorch-lightning mmengine transformers deepspeed ({exc})")
 
 
 def _params(targets, marks):
@@ -102,6 +107,9 @@ class Job:
         if self.target != "cpu":
             env["PYTHONPATH"] = vendor_site(self.target, self.workdir)
             env["SIM_ACCEL_STATS_DIR"] = self.stats_dir
+        if self.target == "npu":  # set by CANN's set_env.sh on every Ascend machine (DeepSpeed reads it)
+            env["ASCEND_HOME_PATH"] = os.path.join(self.workdir, "Ascend", "cann")
+            os.makedirs(env["ASCEND_HOME_PATH"], exist_ok=True)
         if transfer:
             env["TRANSFER_DEVICE"] = self.target
         return env
@@ -211,6 +219,15 @@ def test_transformers_trainer_tiny_gpt2(target, tmp_path):
     results = check(job, cause=CUDA_CLASSES, min_accuracy=0.8, framework_device=TRANSFORMERS_DEVICE[target])
     for r in results.values():
         assert r["tied"] and r["tied_storage"], f"GPT-2's tied embeddings came apart: {r}"
+
+
+@pytest.mark.parametrize("target", _params(TARGETS, known_bug(DEVICE_ID, ["cpu"])))
+def test_deepspeed_zero1(target, tmp_path):
+    _require("deepspeed")
+    job = torchrun(Job(target, tmp_path), "deepspeed_train.py")
+    check(job, cause=DEVICE_ID, zero_stage=1, framework_device=DEEPSPEED_DEVICE[target])
+    if target != "cpu":  # ZeRO gathers the updated partitions
+        assert all(s["collectives"].get("all_gather_single", 0) > 0 for s in job.stats() if s["device_indices"])
 
 
 def test_control_accelerate_without_transfer_runs_undistributed(tmp_path):
