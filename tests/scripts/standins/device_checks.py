@@ -396,10 +396,14 @@ def lstm_and_gru_train():
         y_dev.pow(2).sum().backward()
         for (name, a), b in zip(ref.named_parameters(), dev.parameters()):
             torch.testing.assert_close(b.grad.cpu(), a.grad, atol=1e-5, rtol=1e-4, msg=f"{cls.__name__}.{name}")
-        cell_ref = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6)
-        cell_dev = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6, bias=False).to(D1)
-        cell_dev(torch.randn(2, 4, device=D1))[0].sum().backward()  # bias-less fused cell
-        assert cell_ref is not None and cell_dev.weight_ih.grad.device == D1
+        cell = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6, bias=False)  # the bias-less fused cell
+        cell_dev = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6, bias=False)
+        cell_dev.load_state_dict(cell.state_dict())
+        cell_dev.to(D1)
+        x = torch.randn(2, 4)
+        cell(x)[0].sum().backward()
+        cell_dev(x.to(D1))[0].sum().backward()
+        torch.testing.assert_close(cell_dev.weight_ih.grad.cpu(), cell.weight_ih.grad, atol=1e-6, rtol=1e-5)
         # a small sequence task: predict the previous token
         torch.manual_seed(1)
         emb, rnn, head = nn.Embedding(5, 8), cls(8, 16, batch_first=True), nn.Linear(16, 5)
@@ -423,7 +427,7 @@ def vendor_names_frameworks_import():
     # the other vendors do not publish them.
     amp = importlib.import_module(f"torch.{VENDOR}.amp")  # torch.<name> is a package in the real plug-ins
     assert amp.GradScaler is mod.amp.GradScaler
-    if VENDOR in ("npu", "gcu"):  # legacy typed tensor classes (MMEngine: Union[torch.BoolTensor, torch.npu.BoolTensor])
+    if VENDOR in ("npu", "gcu"):  # typed tensor classes (MMEngine: Union[torch.BoolTensor, torch.npu.BoolTensor])
         import typing
 
         assert typing.Union[torch.BoolTensor, mod.BoolTensor] is not None
