@@ -44,6 +44,9 @@ DEVICE_CHECKS = [
     "events_and_streams",
     "memory_statistics",
     "device_module_api",
+    "parameters_keep_identity_across_module_to",
+    "lstm_and_gru_train",
+    "vendor_names_frameworks_import",
     "pinned_memory",
     "second_vendor_refused",
 ]

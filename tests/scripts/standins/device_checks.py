@@ -346,6 +346,138 @@ def device_module_api():
 
 
 @check
+def parameters_keep_identity_across_module_to():
+    # As on CUDA (and torch_npu, which registers _has_compatible_shallow_copy_type for npu):
+    # Module.to keeps the Parameter objects, so an optimizer built before the move trains the
+    # model, and tied weights stay one Parameter.
+    assert torch._has_compatible_shallow_copy_type(torch.zeros(1), torch.zeros(1, device=D1))
+    assert torch._has_compatible_shallow_copy_type(torch.zeros(1, device=D1), torch.zeros(1))
+    assert torch._has_compatible_shallow_copy_type(torch.zeros(1, device=D1), torch.zeros(1, device=D2))
+    torch.manual_seed(0)
+    emb = nn.Embedding(7, 4)
+    model = nn.Sequential(emb, nn.Linear(4, 7, bias=False))
+    model[1].weight = emb.weight  # tied, as in language models
+    before = [id(p) for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model.to(D1)
+    assert [id(p) for p in model.parameters()] == before
+    assert model[1].weight is model[0].weight and model[0].weight.device == D1
+    x = torch.arange(7, device=D1)
+    losses = []
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), x)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.1, losses
+    model.to(D2)
+    assert [id(p) for p in model.parameters()] == before and emb.weight.grad.device == D2
+    model.cpu()
+    assert [id(p) for p in model.parameters()] == before and emb.weight.device.type == "cpu"
+
+
+@check
+def lstm_and_gru_train():
+    # ATen's LSTM/GRU cells call _thnn_fused_{lstm,gru}_cell for device inputs; results and
+    # gradients must match the CPU kernels, and a model must learn.
+    for cls in (nn.LSTM, nn.GRU):
+        torch.manual_seed(0)
+        ref = cls(4, 6, num_layers=2, batch_first=True)
+        dev = cls(4, 6, num_layers=2, batch_first=True)
+        dev.load_state_dict(ref.state_dict())
+        dev.to(D1)
+        x = torch.randn(3, 5, 4)
+        y_ref, _ = ref(x)
+        y_dev, _ = dev(x.to(D1))
+        assert y_dev.device == D1
+        torch.testing.assert_close(y_dev.cpu(), y_ref, atol=1e-6, rtol=1e-5)
+        y_ref.pow(2).sum().backward()
+        y_dev.pow(2).sum().backward()
+        for (name, a), b in zip(ref.named_parameters(), dev.parameters()):
+            torch.testing.assert_close(b.grad.cpu(), a.grad, atol=1e-5, rtol=1e-4, msg=f"{cls.__name__}.{name}")
+        cell = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6, bias=False)  # the bias-less fused cell
+        cell_dev = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6, bias=False)
+        cell_dev.load_state_dict(cell.state_dict())
+        cell_dev.to(D1)
+        x = torch.randn(2, 4)
+        cell(x)[0].sum().backward()
+        cell_dev(x.to(D1))[0].sum().backward()
+        torch.testing.assert_close(cell_dev.weight_ih.grad.cpu(), cell.weight_ih.grad, atol=1e-6, rtol=1e-5)
+        # a small sequence task: predict the previous token
+        torch.manual_seed(1)
+        emb, rnn, head = nn.Embedding(5, 8), cls(8, 16, batch_first=True), nn.Linear(16, 5)
+        params = [*emb.parameters(), *rnn.parameters(), *head.parameters()]
+        optimizer = torch.optim.Adam(params, lr=0.05)
+        for m in (emb, rnn, head):
+            m.to(D1)
+        tokens = torch.randint(0, 5, (16, 12), device=D1)
+        for _ in range(40):
+            optimizer.zero_grad()
+            out, _ = rnn(emb(tokens))
+            loss = F.cross_entropy(head(out[:, 1:]).reshape(-1, 5), tokens[:, :-1].reshape(-1))
+            loss.backward()
+            optimizer.step()
+        assert loss.item() < 0.5, (cls.__name__, loss.item())  # chance: ln 5 = 1.61
+
+
+@check
+def vendor_names_frameworks_import():
+    # The torch_npu names transformers / MMEngine / accelerate import (the real wheel has them);
+    # the other vendors do not publish them.
+    amp = importlib.import_module(f"torch.{VENDOR}.amp")  # torch.<name> is a package in the real plug-ins
+    assert amp.GradScaler is mod.amp.GradScaler
+    if VENDOR in ("npu", "gcu"):  # typed tensor classes (MMEngine: Union[torch.BoolTensor, torch.npu.BoolTensor])
+        import typing
+
+        assert typing.Union[torch.BoolTensor, mod.BoolTensor] is not None
+        assert isinstance(torch.ones(2, dtype=torch.bool, device=D1), mod.BoolTensor)
+        assert not isinstance(torch.ones(2, dtype=torch.bool), mod.BoolTensor)
+        assert not isinstance(torch.ones(2, device=D1), mod.LongTensor)
+        made = mod.FloatTensor(2, 3)
+        assert made.shape == (2, 3) and made.dtype == torch.float32 and made.device.type == VENDOR
+        assert mod.LongTensor([1, 2]).tolist() == [1, 2]
+    else:
+        assert not hasattr(mod, "BoolTensor")
+    if VENDOR != "npu":
+        for absent in ("set_compile_mode", "utils"):
+            assert not hasattr(mod, absent), absent
+        assert not hasattr(pkg, "npu_fusion_attention")
+        return
+    import torch_npu.npu.utils as npu_utils
+    from torch.npu.amp import GradScaler  # noqa: F401  (MMEngine's import)
+    assert importlib.import_module("torch.npu.utils") is npu_utils
+    from torch_npu import npu_fusion_attention
+    from torch_npu.optim import NpuFusedAdamW
+
+    mod.set_compile_mode(jit_compile=False)
+    assert mod.is_jit_compile_false() is True and "set_compile_mode" in mod.__all__
+    assert npu_utils.current_device() == mod.current_device() and npu_utils.get_cann_version()
+    assert npu_utils.get_soc_version() >= 220  # MMEngine: full-precision support on Ascend 910B and later
+    assert issubclass(NpuFusedAdamW, torch.optim.AdamW) and issubclass(NpuFusedAdamW, pkg.optim.NpuFusedOptimizerBase)
+    torch.manual_seed(0)
+    b, s, n, d = 2, 6, 2, 4
+    q, k, v = (torch.randn(b, s, n, d) for _ in range(3))
+    ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+    mask = torch.triu(torch.ones(2048, 2048, device=D1), diagonal=1).bool()  # transformers' mask
+    qd, kd, vd = (t.to(D1).requires_grad_() for t in (q, k, v))
+    out = npu_fusion_attention(qd, kd, vd, n, "BSND", atten_mask=mask, scale=d**-0.5, sparse_mode=3)
+    assert len(out) == 7 and out[0].device == D1 and out[1].shape == (b, n, s, 8)
+    torch.testing.assert_close(out[0].cpu(), ref, atol=1e-5, rtol=1e-4)
+    out[0].sum().backward()
+    assert qd.grad.device == D1 and torch.isfinite(qd.grad.cpu()).all()
+    bsh = npu_fusion_attention(qd.reshape(b, s, n * d), kd.reshape(b, s, n * d), vd.reshape(b, s, n * d), n,
+                               "BSH", atten_mask=mask[:s, :s], scale=d**-0.5)[0]
+    torch.testing.assert_close(bsh.cpu().view(b, s, n, d), ref, atol=1e-5, rtol=1e-4)
+    try:
+        npu_fusion_attention(qd, kd, vd, n, "TND")
+    except NotImplementedError as exc:
+        assert "TND" in str(exc)
+    else:
+        raise AssertionError("TND layout accepted")
+
+
+@check
 def pinned_memory():
     x = torch.randn(16)
     p = x.pin_memory()

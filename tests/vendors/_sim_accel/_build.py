@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 _HERE = Path(__file__).resolve().parent
-_SOURCES = ["csrc/runtime.cpp", "csrc/kernels.cpp", "csrc/autocast.cpp"]
+_SOURCES = ["csrc/runtime.cpp", "csrc/kernels.cpp", "csrc/rnn.cpp", "csrc/tensor_type.cpp", "csrc/autocast.cpp"]
 _HEADERS = ["csrc/sim_accel.h"]
 _CFLAGS = ["-O1", "-g0", "-fvisibility=hidden"]
 _BUILT_MARKER = "BUILT"

@@ -513,6 +513,12 @@ def build_device_module(spec, C) -> types.ModuleType:
     def set_autocast_dtype(dtype: torch.dtype) -> None:
         torch.set_autocast_dtype(name, dtype)
 
+    # ------------------------------------------------- typed tensor classes
+    # Legacy classes like torch.cuda.FloatTensor: isinstance() is true for a tensor of that
+    # dtype on this device; calling one makes a tensor on the current device.
+    for cls_name, dtype in TYPED_TENSORS.items():
+        ns[cls_name] = _typed_tensor_class(cls_name, dtype, name, modname)
+
     # --------------------------------------------------------------- amp
     amp_mod = types.ModuleType(f"{modname}.amp")
 
@@ -564,7 +570,33 @@ def build_device_module(spec, C) -> types.ModuleType:
     for n in list(spec.api) + private:
         setattr(mod, n, ns[n])
     mod.__all__ = [n for n in spec.api if not n.startswith("_")]
+    # The real torch.<name> is the package <vendor>.<name> (torch._register_device_module puts it
+    # in sys.modules as "torch.<name>"), so `from torch.<name>.amp import GradScaler` (MMEngine)
+    # imports its submodules under both names.
+    for prefix in (modname, f"torch.{name}"):
+        sys.modules[f"{prefix}.amp"] = amp_mod
+        sys.modules[f"{prefix}._utils"] = utils_mod
     sys.modules[modname] = mod
-    sys.modules[f"{modname}.amp"] = amp_mod
-    sys.modules[f"{modname}._utils"] = utils_mod
     return mod
+
+
+TYPED_TENSORS = {
+    "BoolTensor": torch.bool, "ByteTensor": torch.uint8, "CharTensor": torch.int8, "ShortTensor": torch.int16,
+    "IntTensor": torch.int32, "LongTensor": torch.int64, "HalfTensor": torch.float16,
+    "BFloat16Tensor": torch.bfloat16, "FloatTensor": torch.float32, "DoubleTensor": torch.float64,
+}
+
+
+def _typed_tensor_class(cls_name: str, dtype: torch.dtype, device_type: str, modname: str) -> type:
+    class _Meta(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, torch.Tensor) and obj.dtype == dtype and obj.device.type == device_type
+
+        def __call__(cls, *args, device=None):
+            device = torch.device(device_type) if device is None else torch.device(device)
+            if len(args) == 1 and not isinstance(args[0], int):
+                return torch.tensor(args[0], dtype=dtype, device=device)
+            return torch.empty(*args, dtype=dtype, device=device)
+
+    return _Meta(cls_name, (), {"__module__": modname, "dtype": dtype, "is_cuda": False})
+

@@ -28,3 +28,8 @@ AMP = (
     "get_autocast_dtype", "set_autocast_dtype",
 )
 COMMON = DEVICE + STREAMS + RNG + MEMORY + PROPERTIES + AMP
+# The legacy typed tensor classes (torch.cuda.FloatTensor-like); torch_npu and torch_gcu have them.
+TYPED_TENSORS = (
+    "BoolTensor", "ByteTensor", "CharTensor", "ShortTensor", "IntTensor", "LongTensor", "HalfTensor",
+    "BFloat16Tensor", "FloatTensor", "DoubleTensor",
+)

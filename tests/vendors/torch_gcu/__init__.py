@@ -11,7 +11,7 @@ Real names deliberately left out: GCUGraph/graph/graph_pool_handle/
 make_graphed_callables, topstx (the nvtx-like module), tunable, efficient,
 gcurt/check_error/GcuError, ExternalStream, get_arch_list/get_gencode_flags,
 set_sync_debug_mode, device_memory_used, gcu_device, copy, the typed
-*Storage/*Tensor classes, set_per_process_memory_fraction.
+*Storage classes (the *Tensor classes are here), set_per_process_memory_fraction.
 """
 
 from _sim_accel import VendorSpec, install
@@ -26,7 +26,7 @@ SPEC = VendorSpec(
     backend="eccl",
     vendor="Enflame",
     api=_api.COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
-                       "is_fp16_supported", "memory_snapshot", "get_allocator_backend"),
+                       "is_fp16_supported", "memory_snapshot", "get_allocator_backend") + _api.TYPED_TENSORS,
     device_name="S60 (simulated)",
     properties_class="_GcuDeviceProperties",
     properties=(("major", 3), ("minor", 0), ("multi_processor_count", 24)),

@@ -7,12 +7,15 @@ CPU-backed simulation for tests; never shipped. See ``tests/vendors/README.md``.
 devices, streams/events, RNG, memory statistics, properties and AMP. Real
 names deliberately left out (absent here too, so fallbacks get exercised):
 NPUGraph/graph/graph_pool_handle/make_graphed_callables, mstx, the typed
-*Storage/*Tensor classes, set_option/set_dump/set_aoe/set_compile_mode and
-the other Ascend tuning switches, MemPool/use_mem_pool, NPUPluggableAllocator,
+*Storage classes (the *Tensor classes are here), set_option/set_dump/set_aoe and the other
+Ascend tuning switches, MemPool/use_mem_pool, NPUPluggableAllocator,
 caching_allocator_alloc/delete, ipc_collect, utilization, stress_detect,
 ExternalEvent/ExternalStream, SyncLaunchStream, set_sync_debug_mode.
 ``get_device_capability`` behaves like torch_npu 2.13: None (with a
 warning) unless TORCH_NPU_DEVICE_CAPABILITY="major.minor" is set.
+
+The names frameworks import beyond that (set_compile_mode, npu.utils,
+npu_fusion_attention, optim) come from ``_ascend.py``.
 """
 
 import torch
@@ -30,7 +33,7 @@ SPEC = VendorSpec(
     backend="hccl",
     vendor="Huawei Ascend",
     api=_api.COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
-                       "memory_snapshot", "get_allocator_backend"),
+                       "memory_snapshot", "get_allocator_backend") + _api.TYPED_TENSORS,
     device_name="Ascend910B2 (simulated)",
     properties_class="_NPUDeviceProperties",
     properties=(("cube_core_num", 24), ("vector_core_num", 48), ("L2_cache_size", 192 * 1024 * 1024),
@@ -42,6 +45,12 @@ SPEC = VendorSpec(
 )
 
 npu = install(SPEC)
+
+import sys as _sys  # noqa: E402
+
+from . import _ascend  # noqa: E402
+
+_ascend.extend(npu, _sys.modules[__name__])
 
 # torch_npu adds this to torch.distributed (torch_npu/_init/patches/distributed_patches.py).
 if not hasattr(torch.distributed, "is_hccl_available"):
