@@ -134,26 +134,6 @@ IDIOM_CELLS = [Cell(script, profile, _WAYS[(i + j) % 3])
                for i, script in enumerate(IDIOMS) for j, profile in enumerate(("cpu", "npu", "sdaa", "gcu"))]
 CELLS += IDIOM_CELLS
 
-# Cells that fail today only because the stand-ins are laxer or poorer than the real plug-ins
-# (issue 9 cause 4 and 6, fixed in tests/vendors by another change): strict, so they turn red
-# the moment the stand-ins are fixed and the mark can go.
-_STANDIN_PARAMETER_IDENTITY = (
-    "stand-in: Module.to('<vendor>') makes new Parameter objects (no _has_compatible_shallow_copy_type "
-    "for PrivateUse1; torch_npu registers it), so the optimizer built before model.to() holds stale "
-    "parameters: GradScaler 'No inf checks were recorded for this optimizer' (issue 9 cause 4)")
-_STANDIN_LSTM = ("stand-in: no PrivateUse1 kernel for aten::_thnn_fused_lstm_cell, so nn.LSTM cannot run "
-                 "(issue 9 cause 6)")
-# cell id -> (reason, the text the failure must show to count as that gap)
-XFAIL = {c.id: (_STANDIN_PARAMETER_IDENTITY, "No inf checks were recorded for this optimizer")
-         for c in IDIOM_CELLS if c.script == "amp" and c.profile != "cpu"}
-XFAIL.update({c.id: (_STANDIN_LSTM, "aten::_thnn_fused_lstm_cell")
-              for c in IDIOM_CELLS if c.script == "lstm" and c.profile != "cpu"})
-
-
-class StandInGap(Exception):
-    """The run failed with the named stand-in gap (the only failure an XFAIL cell may show)."""
-
-
 def _has_fully_shard() -> bool:
     try:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
@@ -167,8 +147,6 @@ def _has_fully_shard() -> bool:
 
 def _param(cell: Cell):
     marks = []
-    if cell.id in XFAIL:
-        marks.append(pytest.mark.xfail(reason=XFAIL[cell.id][0], raises=StandInGap, strict=True))
     if cell.id in COMPAT_CELLS:
         marks.append(pytest.mark.compat)
     if cell.script == "fsdp2" and not _has_fully_shard():
@@ -436,8 +414,6 @@ def test_cell(cell, matrix):
     profile = cell.profile
     if cell.variant:
         return check_control(outcome)
-    if cell.id in XFAIL and XFAIL[cell.id][1] in outcome.stderr:
-        raise StandInGap(XFAIL[cell.id][0])  # any other failure is reported as a failure
     check_ok(outcome)
     check_reports(outcome)
     if cell.script == "train":

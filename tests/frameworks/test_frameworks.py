@@ -18,9 +18,9 @@ allreduces on its own device; cpu: gloo), identical parameters on both ranks, th
 (accuracy far beyond chance), tied weights still tied, and which path the framework took (its
 native vendor path or its CUDA path). A control shows what a user gets without transfer.
 
-Runs that fail because of a known bug inside transfer are ``xfail(strict=True, raises=KnownBug)``:
-they count as expected failures only when the log shows that bug's signature, and turn into
-failures the day they pass (then remove the mark). Libraries are pinned in ``constraints.txt``.
+Libraries are pinned in ``constraints.txt``. (Issue 9's causes 1-3 inside transfer, TorchScript
+builtins for MMEngine, `torch.cuda.CUDAGraph | None` for transformers, the cpu target's device count
+and `device_id` for Lightning and DeepSpeed, made 11 of these jobs fail before they were fixed.)
 """
 
 from __future__ import annotations
@@ -51,40 +51,12 @@ TRANSFORMERS_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda
 DEEPSPEED_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}
 
 
-class KnownBug(Exception):
-    """The job failed with the signature of a known bug inside transfer (issue 9)."""
-
-
-# Issue 9 causes 1-3 (being fixed in transfer): the log text that identifies each.
-TORCHSCRIPT = ("issue 9 cause 1: TorchScript does not see the original tensor-factory builtins, so "
-               "MMEngine's `import torch.distributed.optim` fails",
-               "module, class, method, function, traceback, frame, or code object was expected")
-CUDA_CLASSES = ("issue 9 cause 2: torch.cuda.CUDAGraph is a function where the target lacks it, so "
-                "transformers' `torch.cuda.CUDAGraph | None` raises at import",
-                "unsupported operand type(s) for |: 'function' and 'NoneType'")
-DEVICE_ID = ("issue 9 cause 3: a cuda device_id passed to init_process_group becomes cpu on the cpu target, "
-             "which torch rejects",
-             "init_process_group device_id parameter must be an accelerator with an index")
-LIGHTNING_CPU = ("issue 9 cause 3: Lightning counts 1 device on the cpu target before workers exist "
-                 "(and passes a cuda device_id that becomes cpu)",
-                 "But your machine only has: [0]")
-
-
-def known_bug(cause, targets=TARGETS):
-    """xfail(strict) for `targets`: the run must fail with `cause`'s signature."""
-    return {t: pytest.mark.xfail(strict=True, raises=KnownBug, reason=cause[0]) for t in targets}
-
-
 def _require(module):
     try:
         __import__(module)
     except ImportError as exc:
         pytest.fail(f"{module} is not installed: pip install -c tests/frameworks/constraints.txt "
                     f"accelerate pytorch-lightning mmengine transformers deepspeed ({exc})")
-
-
-def _params(targets, marks):
-    return [pytest.param(t, marks=marks.get(t, ())) for t in targets]
 
 
 # ------------------------------------------------------------------ running a job
@@ -148,10 +120,8 @@ def vendor_site(vendor, workdir):
     return site
 
 
-def check(job, *, cause=None, min_accuracy=0.9, **expected):
+def check(job, *, min_accuracy=0.9, **expected):
     """The assertions every framework job shares (see the module docstring)."""
-    if job.proc.returncode != 0 and cause is not None and cause[1] in job.proc.stdout:
-        raise KnownBug(f"{cause[0]}\n{job.log()}")
     assert job.proc.returncode == 0, job.log()
     results = job.results()
     assert sorted(results) == [0, 1], f"result files of ranks {sorted(results)}\n{job.log()}"
@@ -200,35 +170,35 @@ def test_accelerate_launch_multi_gpu(target, mixed_precision, tmp_path):
 LIGHTNING_ACCELERATOR = {"cpu": "gpu", "npu": "cuda", "sdaa": "gpu", "gcu": "cuda"}
 
 
-@pytest.mark.parametrize("target", _params(TARGETS, known_bug(LIGHTNING_CPU, ["cpu"])))
+@pytest.mark.parametrize("target", TARGETS)
 def test_lightning_trainer_ddp_16_mixed(target, tmp_path):
     _require("pytorch_lightning")
     job = Job(target, tmp_path)
     job.run([sys.executable, script("lightning_train.py"), job.out, LIGHTNING_ACCELERATOR[target], "16-mixed"])
-    check(job, cause=LIGHTNING_CPU, device="cuda")  # Lightning knows no vendor: its CUDA path
+    check(job, device="cuda")  # Lightning knows no vendor: its CUDA path
 
 
-@pytest.mark.parametrize("target", _params(TARGETS, known_bug(TORCHSCRIPT)))
+@pytest.mark.parametrize("target", TARGETS)
 def test_mmengine_runner_pytorch_launcher(target, tmp_path):
     _require("mmengine")
     job = torchrun(Job(target, tmp_path), "mmengine_train.py")
-    check(job, cause=TORCHSCRIPT, wrapper="MMDistributedDataParallel", framework_device=MMENGINE_DEVICE[target])
+    check(job, wrapper="MMDistributedDataParallel", framework_device=MMENGINE_DEVICE[target])
 
 
-@pytest.mark.parametrize("target", _params(TARGETS, known_bug(CUDA_CLASSES)))
+@pytest.mark.parametrize("target", TARGETS)
 def test_transformers_trainer_tiny_gpt2(target, tmp_path):
     _require("transformers")
     job = torchrun(Job(target, tmp_path), "transformers_train.py")
-    results = check(job, cause=CUDA_CLASSES, min_accuracy=0.8, framework_device=TRANSFORMERS_DEVICE[target])
+    results = check(job, min_accuracy=0.8, framework_device=TRANSFORMERS_DEVICE[target])
     for r in results.values():
         assert r["tied"] and r["tied_storage"], f"GPT-2's tied embeddings came apart: {r}"
 
 
-@pytest.mark.parametrize("target", _params(TARGETS, known_bug(DEVICE_ID, ["cpu"])))
+@pytest.mark.parametrize("target", TARGETS)
 def test_deepspeed_zero1(target, tmp_path):
     _require("deepspeed")
     job = torchrun(Job(target, tmp_path), "deepspeed_train.py")
-    check(job, cause=DEVICE_ID, zero_stage=1, framework_device=DEEPSPEED_DEVICE[target])
+    check(job, zero_stage=1, framework_device=DEEPSPEED_DEVICE[target])
     if target != "cpu":  # ZeRO gathers the updated partitions
         assert all(s["collectives"].get("all_gather_single", 0) > 0 for s in job.stats() if s["device_indices"])
 
