@@ -70,7 +70,7 @@ def find_python(version: str) -> str:
 
 
 def build_wheel(session: nox.Session) -> str:
-    dist = os.path.join(WORK, "dist")
+    dist = os.path.join(WORK, f"dist-{session.name}")  # per session: .ci/run runs two sessions at once
     shutil.rmtree(dist, ignore_errors=True)
     session.run_install(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
     (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
