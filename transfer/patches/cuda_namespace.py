@@ -92,6 +92,8 @@ def apply(ctx) -> None:
             continue  # constants such as has_half stay as they are
         if name == "set_device":
             impl = _noting_selection(ctx, impl)
+        if hasattr(original, "__wrapped__") and not hasattr(impl, "__wrapped__"):
+            impl = _keeping_wrapped(name, impl)  # torch 2.14's dynamo reads torch.cuda.use_mem_pool.__wrapped__
         ctx.registry.replace(f"cuda_namespace.{name}", cuda, name, impl)
     _patch_nvtx(ctx)
 
@@ -106,6 +108,25 @@ def _noting_selection(ctx, set_device: Callable) -> Callable:
     noting.__name__ = "set_device"
     noting.__wrapped__ = set_device
     return noting
+
+
+def _keeping_wrapped(name: str, impl: Callable) -> Callable:
+    """A layer over `impl` that has ``__wrapped__``, as the CUDA original has.
+
+    torch's own code reads ``__wrapped__`` of some torch.cuda functions (the
+    ``contextlib.contextmanager`` and ``deprecated`` ones) as a plain attribute
+    and fails at import when it is missing. The layer is a new function, so the
+    target's own objects are never modified.
+    """
+
+    def keeping(*args, **kwargs):
+        return impl(*args, **kwargs)
+
+    keeping.__name__ = name
+    keeping.__qualname__ = f"cuda.{name}"
+    keeping.__doc__ = getattr(impl, "__doc__", None)
+    keeping.__wrapped__ = impl
+    return keeping
 
 
 def _device_position(original: Any) -> Optional[int]:
