@@ -46,7 +46,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -57,7 +56,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conftest import EXAMPLES, SCRIPTS, VENDORS, clean_env, free_port, full_batch_reference, kill_group
+from conftest import EXAMPLES, SCRIPTS, VENDORS, clean_env, console_script, free_port, full_batch_reference, kill_group
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
@@ -172,7 +171,7 @@ def command(cell: Cell, script: str, args, workdir: str, launcher=()) -> list:
         script = copy
     cmd = [sys.executable, *launcher, script, *map(str, args)]
     if cell.way == "runner":
-        cmd = [shutil.which("transfer-run"), "--device", cell.profile, *cmd]
+        cmd = [console_script("transfer-run"), "--device", cell.profile, *cmd]
     return cmd
 
 
