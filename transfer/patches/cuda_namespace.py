@@ -87,7 +87,7 @@ def apply(ctx) -> None:
         elif name in _HARMLESS:
             impl = _noop(ctx, name, _HARMLESS[name], target_name)
         elif callable(original):
-            impl = _unsupported(ctx, name, target_name)
+            impl = _unsupported(ctx, name, target_name, as_class=inspect.isclass(original))
         else:
             continue  # constants such as has_half stay as they are
         if name == "set_device":
@@ -267,7 +267,8 @@ def _noop(ctx, name: str, value: Any, target_name: str) -> Callable:
     return noop
 
 
-def _unsupported(ctx, name: str, target_name: str) -> Callable:
+def _unsupported(ctx, name: str, target_name: str, as_class: bool = False) -> Callable:
+    """A callable raising `UnsupportedCudaAPI`; a class (no instances) where the original is one."""
     package = ctx.profile.package or "torch"
 
     def unsupported(*args, **kwargs):
@@ -278,6 +279,9 @@ def _unsupported(ctx, name: str, target_name: str) -> Callable:
         )
 
     unsupported.__name__ = name
+    if as_class:  # torch 2.14's dynamo tests isinstance(value, torch.cuda.MemPool)
+        return type(name, (), {"__new__": lambda cls, *args, **kwargs: unsupported(), "__module__": "torch.cuda",
+                               "__doc__": f"torch.cuda.{name}: not supported on {target_name}."})
     return unsupported
 
 
