@@ -90,10 +90,11 @@ def apply(ctx) -> None:
             impl = _unsupported(ctx, name, target_name, as_class=inspect.isclass(original))
         else:
             continue  # constants such as has_half stay as they are
-        if name == "set_device":
-            impl = _noting_selection(ctx, impl)
         if hasattr(original, "__wrapped__") and not hasattr(impl, "__wrapped__"):
             impl = _keeping_wrapped(name, impl)  # torch 2.14's dynamo reads torch.cuda.use_mem_pool.__wrapped__
+
+        if name == "set_device":
+            impl = _noting_selection(ctx, impl)
         ctx.registry.replace(f"cuda_namespace.{name}", cuda, name, impl)
     _patch_nvtx(ctx)
 
