@@ -10,6 +10,9 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
 
+// torch < 2.4 has no AT_FORALL_* op lists in its headers: there the device
+// accepts autocast but casts nothing (tests/vendors/README.md, "Old torch").
+#ifdef AT_FORALL_LOWER_PRECISION_FP
 namespace at::autocast {
 namespace {
 
@@ -31,3 +34,4 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 
 }  // namespace
 }  // namespace at::autocast
+#endif  // AT_FORALL_LOWER_PRECISION_FP

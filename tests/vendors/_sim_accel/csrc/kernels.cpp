@@ -47,11 +47,11 @@ using at::Tensor;
 
 Tensor empty_memory_format(
     c10::IntArrayRef size,
-    std::optional<c10::ScalarType> dtype_opt,
-    std::optional<c10::Layout> layout_opt,
-    std::optional<c10::Device> device_opt,
-    std::optional<bool> pin_memory_opt,
-    std::optional<c10::MemoryFormat> memory_format_opt) {
+    c10::optional<c10::ScalarType> dtype_opt,
+    c10::optional<c10::Layout> layout_opt,
+    c10::optional<c10::Device> device_opt,
+    c10::optional<bool> pin_memory_opt,
+    c10::optional<c10::MemoryFormat> memory_format_opt) {
   const auto device = c10::device_or_default(device_opt);
   TORCH_CHECK(device.is_privateuseone());
   TORCH_CHECK(
@@ -67,10 +67,10 @@ Tensor empty_memory_format(
 Tensor empty_strided(
     c10::IntArrayRef size,
     c10::IntArrayRef stride,
-    std::optional<c10::ScalarType> dtype_opt,
-    std::optional<c10::Layout> layout_opt,
-    std::optional<c10::Device> device_opt,
-    std::optional<bool> pin_memory_opt) {
+    c10::optional<c10::ScalarType> dtype_opt,
+    c10::optional<c10::Layout> layout_opt,
+    c10::optional<c10::Device> device_opt,
+    c10::optional<bool> pin_memory_opt) {
   const auto device = c10::device_or_default(device_opt);
   TORCH_CHECK(device.is_privateuseone());
   TORCH_CHECK(
@@ -87,14 +87,14 @@ Tensor as_strided(
     const Tensor& self,
     c10::SymIntArrayRef size,
     c10::SymIntArrayRef stride,
-    std::optional<c10::SymInt> storage_offset) {
+    c10::optional<c10::SymInt> storage_offset) {
   return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
 }
 
 const Tensor& resize_(
     const Tensor& self,
     c10::SymIntArrayRef size,
-    std::optional<at::MemoryFormat> memory_format) {
+    c10::optional<at::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(self.device());
   return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }
@@ -128,9 +128,9 @@ Tensor copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
 Tensor copy_from_and_resize(const Tensor& self, const Tensor& dst) {
   if (dst.device().is_privateuseone()) {
     const c10::DeviceGuard guard(dst.device());
-    at::native::resize_(dst, self.sizes(), std::nullopt);
+    at::native::resize_(dst, self.sizes(), c10::nullopt);
   } else {
-    at::native::resize_(dst, self.sizes(), std::nullopt);
+    at::native::resize_(dst, self.sizes(), c10::nullopt);
   }
   return copy_from(self, dst, false);
 }
@@ -237,23 +237,23 @@ Tensor to_device(const Tensor& cpu, const c10::Device& device) {
 Tensor convolution_overrideable(
     const Tensor& input,
     const Tensor& weight,
-    const std::optional<Tensor>& bias,
-    c10::SymIntArrayRef stride,
-    c10::SymIntArrayRef padding,
-    c10::SymIntArrayRef dilation,
+    const c10::optional<Tensor>& bias,
+    ConvInts stride,
+    ConvInts padding,
+    ConvInts dilation,
     bool transposed,
-    c10::SymIntArrayRef output_padding,
-    c10::SymInt groups) {
+    ConvInts output_padding,
+    ConvInt groups) {
   const c10::DeviceGuard guard(input.device());
-  std::optional<Tensor> bias_cpu;
+  c10::optional<Tensor> bias_cpu;
   if (bias.has_value() && bias->defined()) {
     bias_cpu = alias_cpu(*bias);
   }
   Tensor out = at::convolution(
       alias_cpu(input), alias_cpu(weight), bias_cpu,
-      C10_AS_INTARRAYREF_SLOW(stride), C10_AS_INTARRAYREF_SLOW(padding),
-      C10_AS_INTARRAYREF_SLOW(dilation), transposed,
-      C10_AS_INTARRAYREF_SLOW(output_padding), groups.guard_int(__FILE__, __LINE__));
+      concrete(stride), concrete(padding),
+      concrete(dilation), transposed,
+      concrete(output_padding), concrete(groups));
   return to_device(out, input.device());
 }
 
@@ -261,22 +261,22 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
     const Tensor& grad_output,
     const Tensor& input,
     const Tensor& weight,
-    c10::SymIntArrayRef stride,
-    c10::SymIntArrayRef padding,
-    c10::SymIntArrayRef dilation,
+    ConvInts stride,
+    ConvInts padding,
+    ConvInts dilation,
     bool transposed,
-    c10::SymIntArrayRef output_padding,
-    c10::SymInt groups,
+    ConvInts output_padding,
+    ConvInt groups,
     std::array<bool, 3> output_mask) {
   const c10::DeviceGuard guard(input.device());
-  const int64_t g = groups.guard_int(__FILE__, __LINE__);
+  const int64_t g = concrete(groups);
   const std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * g : weight.size(0)};
   auto [gi, gw, gb] = at::convolution_backward(
       alias_cpu(grad_output), alias_cpu(input), alias_cpu(weight),
       output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(),
-      C10_AS_INTARRAYREF_SLOW(stride), C10_AS_INTARRAYREF_SLOW(padding),
-      C10_AS_INTARRAYREF_SLOW(dilation), transposed,
-      C10_AS_INTARRAYREF_SLOW(output_padding), g, output_mask);
+      concrete(stride), concrete(padding),
+      concrete(dilation), transposed,
+      concrete(output_padding), g, output_mask);
   return {to_device(gi, input.device()), to_device(gw, weight.device()),
           to_device(gb, weight.device())};
 }
@@ -305,7 +305,7 @@ std::vector<int64_t> channel_shape(const Tensor& x) {
   return shape;
 }
 
-Tensor opt_cpu(const std::optional<Tensor>& t) {
+Tensor opt_cpu(const c10::optional<Tensor>& t) {
   if (t.has_value() && t->defined()) {
     return alias_cpu(*t);
   }
@@ -327,8 +327,8 @@ std::tuple<Tensor, Tensor> gather_stats_impl(
     const Tensor& input,
     const Tensor& mean_all,
     const Tensor& invstd_all,
-    const std::optional<Tensor>& running_mean,
-    const std::optional<Tensor>& running_var,
+    const c10::optional<Tensor>& running_mean,
+    const c10::optional<Tensor>& running_var,
     double momentum,
     double eps,
     const Tensor& counts_cpu) {
@@ -358,8 +358,8 @@ std::tuple<Tensor, Tensor> batch_norm_gather_stats_with_counts(
     const Tensor& input,
     const Tensor& mean,
     const Tensor& invstd,
-    const std::optional<Tensor>& running_mean,
-    const std::optional<Tensor>& running_var,
+    const c10::optional<Tensor>& running_mean,
+    const c10::optional<Tensor>& running_var,
     double momentum,
     double eps,
     const Tensor& counts) {
@@ -371,8 +371,8 @@ std::tuple<Tensor, Tensor> batch_norm_gather_stats(
     const Tensor& input,
     const Tensor& mean,
     const Tensor& invstd,
-    const std::optional<Tensor>& running_mean,
-    const std::optional<Tensor>& running_var,
+    const c10::optional<Tensor>& running_mean,
+    const c10::optional<Tensor>& running_var,
     double momentum,
     double eps,
     int64_t count) {
@@ -382,8 +382,8 @@ std::tuple<Tensor, Tensor> batch_norm_gather_stats(
 
 Tensor batch_norm_elemt(
     const Tensor& input,
-    const std::optional<Tensor>& weight,
-    const std::optional<Tensor>& bias,
+    const c10::optional<Tensor>& weight,
+    const c10::optional<Tensor>& bias,
     const Tensor& mean,
     const Tensor& invstd,
     double eps) {
@@ -408,7 +408,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_backward_reduce(
     const Tensor& input,
     const Tensor& mean,
     const Tensor& invstd,
-    const std::optional<Tensor>& weight,
+    const c10::optional<Tensor>& weight,
     bool input_g,
     bool weight_g,
     bool bias_g) {
@@ -442,7 +442,7 @@ Tensor batch_norm_backward_elemt(
     const Tensor& input,
     const Tensor& mean,
     const Tensor& invstd,
-    const std::optional<Tensor>& weight,
+    const c10::optional<Tensor>& weight,
     const Tensor& sum_dy,
     const Tensor& sum_dy_xmu,
     const Tensor& count) {
@@ -470,15 +470,15 @@ Tensor batch_norm_backward_elemt(
 // temporary copy. Run the CPU kernel on aliases of the device memory instead.
 std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
     const Tensor& input,
-    const std::optional<Tensor>& weight,
-    const std::optional<Tensor>& bias,
-    const std::optional<Tensor>& running_mean,
-    const std::optional<Tensor>& running_var,
+    const c10::optional<Tensor>& weight,
+    const c10::optional<Tensor>& bias,
+    const c10::optional<Tensor>& running_mean,
+    const c10::optional<Tensor>& running_var,
     bool training,
     double momentum,
     double eps) {
   const c10::DeviceGuard guard(input.device());
-  auto as_opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
+  auto as_opt = [](const Tensor& t) { return t.defined() ? c10::optional<Tensor>(t) : c10::nullopt; };
   auto [out, save_mean, save_invstd] = at::native_batch_norm(
       alias_cpu(input), as_opt(opt_cpu(weight)), as_opt(opt_cpu(bias)),
       as_opt(opt_cpu(running_mean)), as_opt(opt_cpu(running_var)), training, momentum, eps);
@@ -490,7 +490,7 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
 // Same composition as the CPU kernel (bernoulli_ mask, input * mask * scale),
 // but the bernoulli_ draw runs on the device and so uses the device generator.
 
-std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, std::optional<bool> train) {
+std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, c10::optional<bool> train) {
   if (input.numel() == 0) {
     return {input, at::empty_like(input, input.options())};
   }

@@ -85,7 +85,7 @@ std::unordered_map<void*, int> g_live;  // ptr -> device
 void free_block(void* ctx);
 
 struct SimAllocator final : public c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
+  c10::DataPtr allocate(size_t nbytes) SIM_ALLOCATE_CONST override {
     const int dev = tls_device;
     check_index(dev);
     const c10::Device device(c10::DeviceType::PrivateUse1, dev);
@@ -135,7 +135,7 @@ struct SimAllocator final : public c10::Allocator {
     return nullptr;
   }
 
-  void copy_data(void* dest, const void* src, std::size_t count) const final {
+  void copy_data(void* dest, const void* src, std::size_t count) const {  // virtual since torch 2.3
     std::memcpy(dest, src, count);
   }
 };
@@ -174,7 +174,7 @@ void free_pinned(void* ptr) {
 }
 
 struct PinnedAllocator final : public c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
+  c10::DataPtr allocate(size_t nbytes) SIM_ALLOCATE_CONST override {
     void* ptr = nullptr;
     if (nbytes > 0) {
       TORCH_CHECK(
@@ -188,7 +188,7 @@ struct PinnedAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override {
     return &free_pinned;
   }
-  void copy_data(void* dest, const void* src, std::size_t count) const final {
+  void copy_data(void* dest, const void* src, std::size_t count) const {  // virtual since torch 2.3
     std::memcpy(dest, src, count);
   }
 };
@@ -323,7 +323,7 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::Stream(
         c10::Stream::UNSAFE, c10::Device(static_type, static_cast<c10::DeviceIndex>(idx)), 0);
   }
-  c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
+  c10::Stream getNewStream(c10::Device d, int priority = 0) const {
     const int idx = d.index() >= 0 ? d.index() : tls_device;
     return c10::Stream(
         c10::Stream::UNSAFE, c10::Device(static_type, static_cast<c10::DeviceIndex>(idx)),
@@ -376,11 +376,13 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return true;
   }
   void synchronizeStream(const c10::Stream& stream) const override {}
-  void synchronizeEvent(void* event) const override {}
-  void synchronizeDevice(const c10::DeviceIndex device_index) const override {}
+  void synchronizeEvent(void* event) const {}
+  void synchronizeDevice(const c10::DeviceIndex device_index) const {}
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  // getNewStream, synchronizeEvent, elapsedTime (torch >= 2.2?) and synchronizeDevice (torch >= 2.6?)
+  // are not in every torch's interface: no `override`, so older torch compiles them as plain members.
   double elapsedTime(void* event1, void* event2, const c10::DeviceIndex device_index)
-      const override {
+      const {
     TORCH_CHECK(
         event1 != nullptr && event2 != nullptr,
         "Both events must be recorded before calculating elapsed time.");
@@ -395,31 +397,34 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 // ---------------------------------------------------------------- hooks
 
+// The hooks interface grew from two methods (torch 2.1) to the accelerator
+// hooks of torch 2.13; methods an older torch lacks are plain members there,
+// so only getDeviceFromPtr (in every version) is marked `override`.
 struct SimHooks final : public at::PrivateUse1HooksInterface {
-  void init() const override {
+  void init() const {
     init_generators();
   }
-  bool isBuilt() const override {
+  bool isBuilt() const {
     return true;
   }
-  bool isAvailable() const override {
+  bool isAvailable() const {
     return g_device_count.load() > 0;
   }
-  bool hasPrimaryContext(c10::DeviceIndex device_index) const override {
+  bool hasPrimaryContext(c10::DeviceIndex device_index) const {
     return true;
   }
-  c10::DeviceIndex deviceCount() const override {
+  c10::DeviceIndex deviceCount() const {
     return static_cast<c10::DeviceIndex>(g_device_count.load());
   }
-  void setCurrentDevice(c10::DeviceIndex device) const override {
+  void setCurrentDevice(c10::DeviceIndex device) const {
     check_index(device);
     tls_device = device;
     g_device_explicitly_set.store(true);
   }
-  c10::DeviceIndex getCurrentDevice() const override {
+  c10::DeviceIndex getCurrentDevice() const {
     return static_cast<c10::DeviceIndex>(tls_device);
   }
-  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const {
     const int old = tls_device;
     if (device >= 0) {
       check_index(device);
@@ -427,16 +432,24 @@ struct SimHooks final : public at::PrivateUse1HooksInterface {
     }
     return static_cast<c10::DeviceIndex>(old);
   }
-  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const {
     if (device < 0 || device >= g_device_count.load()) {
       return static_cast<c10::DeviceIndex>(tls_device);
     }
     return exchangeDevice(device);
   }
-  const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const {
     return default_generator(device_index);
   }
-  at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
+  // torch < 2.5: the virtual getDefaultGenerator is non-const.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) {
+    return default_generator(device_index);
+  }
+  // torch 2.2-2.x: initPrivateUse1 instead of init.
+  void initPrivateUse1() const {
+    init_generators();
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex device_index) const {
     const int idx = device_index >= 0 ? device_index : tls_device;
     return at::make_generator<SimGenerator>(
         static_cast<c10::DeviceIndex>(idx), c10::default_rng_seed_val);
@@ -447,14 +460,14 @@ struct SimHooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(it != g_live.end(), "pointer was not allocated on the simulated device");
     return at::Device(at::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(it->second));
   }
-  bool isPinnedPtr(const void* data) const override {
+  bool isPinnedPtr(const void* data) const {
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     return g_pinned.count(const_cast<void*>(data)) > 0;
   }
-  at::Allocator* getPinnedMemoryAllocator() const override {
+  at::Allocator* getPinnedMemoryAllocator() const {
     return &g_pinned_allocator;
   }
-  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
     resize_storage_bytes(storage, newsize);
   }
 };
@@ -478,14 +491,14 @@ const at::Generator& default_generator(int index) {
   return g_default_generators[idx];
 }
 
-std::optional<at::Generator> cpu_generator_for(const at::Generator& gen) {
+c10::optional<at::Generator> cpu_generator_for(const at::Generator& gen) {
   if (!gen.defined()) {
-    return std::nullopt;
+    return c10::nullopt;
   }
   if (gen.device().is_privateuseone()) {
     return gen.get<SimGenerator>()->inner();
   }
-  return std::nullopt;
+  return c10::nullopt;
 }
 
 void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {
