@@ -95,8 +95,22 @@ def apply(ctx) -> None:
 
         if name == "set_device":
             impl = _noting_selection(ctx, impl)
+        if name in ("Event", "Stream") and inspect.isclass(impl):
+            _register_stream_base(name, impl)
         ctx.registry.replace(f"cuda_namespace.{name}", cuda, name, impl)
     _patch_nvtx(ctx)
+
+
+def _register_stream_base(name: str, cls: type) -> None:
+    """Make `cls` count as a subclass of torch._streambase's ABC for `name`, where torch has it."""
+    try:
+        import torch._streambase as streambase
+    except ImportError:
+        return
+    base = getattr(streambase, f"_{name}Base", None)
+    if isinstance(base, type) and hasattr(base, "register") and not issubclass(cls, base):
+        # torch 2.4's dynamo (device_interface.py) asserts torch.cuda.Event/Stream subclass these ABCs.
+        base.register(cls)
 
 
 def _noting_selection(ctx, set_device: Callable) -> Callable:
