@@ -20,7 +20,11 @@ def apply(ctx) -> None:
     # torch >= 2.6 (torch.accelerator); only a build with a native accelerator (CUDA, ...) needs it.
     if not ctx.profile.is_cpu or accelerator is None or not hasattr(accelerator, "current_accelerator"):
         return
-    if torch._C._accelerator_getAccelerator() is None:
+    try:
+        native = torch._C._accelerator_getAccelerator()
+    except RuntimeError:  # torch 2.6 raises "Cannot access accelerator device when none is available"
+        return  # and never asks torch.cuda.is_available(): it already answers no accelerator
+    if native is None:
         return
 
     def current_accelerator(check_available: bool = False):
