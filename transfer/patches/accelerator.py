@@ -17,7 +17,7 @@ import torch
 
 def apply(ctx) -> None:
     accelerator = getattr(torch, "accelerator", None)
-    # torch >= 2.6 (torch.accelerator); only a build with a native accelerator (CUDA, ...) needs it.
+    # torch >= 2.7 on a CUDA build: torch.accelerator.is_available() asks the patched torch.cuda.is_available().
     if not ctx.profile.is_cpu or accelerator is None or not hasattr(accelerator, "current_accelerator"):
         return
     try:
