@@ -1,6 +1,7 @@
 """Shared fixtures: an installed target per test, and subprocess runners."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,6 +124,18 @@ def kill_group(proc):
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def console_script(name):
+    """Path of the console script `name` installed with the interpreter running the tests
+    (a venv's bin/ need not be on PATH; a `shutil.which` there may find another install)."""
+    import sysconfig
+
+    path = os.path.join(sysconfig.get_path("scripts"), name)
+    if not os.path.exists(path):
+        path = shutil.which(name)
+    assert path, f"{name} is not installed for {sys.executable} (pip install -e .)"
+    return path
 
 
 def python(*args, **kwargs):

@@ -1,5 +1,7 @@
 """The cpu target in-process: each patch area against real torch calls."""
 
+import importlib
+import inspect
 import io
 import logging
 from unittest import mock
@@ -165,6 +167,34 @@ def test_cuda_namespace(cpu_target, monkeypatch):
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         torch.cuda.current_stream().wait_stream(s)
+
+
+def test_replacements_keep_what_torch_reads(install_cpu):
+    wrapped = [n for n in torch.cuda.__all__ if hasattr(getattr(torch.cuda, n, None), "__wrapped__")]
+    classes = [n for n in torch.cuda.__all__ if isinstance(getattr(torch.cuda, n, None), type)]
+    install_cpu()
+    missing = [n for n in wrapped if not hasattr(getattr(torch.cuda, n), "__wrapped__")]
+    assert not missing, f"torch.cuda.{missing} lost __wrapped__ (torch 2.14's dynamo reads use_mem_pool's)"
+    not_classes = [n for n in classes if not isinstance(getattr(torch.cuda, n), type)]
+    assert not not_classes, f"torch.cuda.{not_classes} are no longer classes (dynamo tests isinstance)"
+    assert not isinstance(object(), tuple(getattr(torch.cuda, n) for n in classes))
+    importlib.import_module("torch._dynamo.variables.torch")  # imports on every torch
+
+
+def test_torch_accelerator_names_no_accelerator_and_adam_steps(cpu_target):
+    """A CUDA build without a GPU names CUDA its accelerator; the cpu target answers as a CPU build."""
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if accelerator is not None:
+        assert not accelerator.is_available() and accelerator.device_count() == 0
+        if "check_available" in inspect.signature(accelerator.current_accelerator).parameters:  # torch >= 2.7
+            assert accelerator.current_accelerator() is None
+            assert accelerator.current_accelerator(check_available=True) is None
+    model = nn.Linear(4, 2).cuda()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)  # its step asks torch.accelerator
+    before = model.weight.detach().clone()
+    model(torch.randn(3, 4, device="cuda")).sum().backward()
+    optimizer.step()
+    assert not torch.equal(before, model.weight)
 
 
 def test_unsupported_api_raises_a_clear_error(cpu_target):

@@ -1,12 +1,11 @@
 """The three ways in, each in a fresh interpreter, and the bad inputs."""
 
 import os
-import shutil
 import sys
 
 import pytest
 
-from conftest import EXAMPLES, clean_env, python, run
+from conftest import EXAMPLES, clean_env, console_script, python, run
 
 pytestmark = pytest.mark.compat  # every way in, from the installed wheel, on every torch of the matrix
 
@@ -50,15 +49,14 @@ def test_transfer_run_chains_the_users_sitecustomize(tmp_path):
     (user_site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = 'yes'\n")
     script = tmp_path / "probe.py"
     script.write_text(PROBE + "\nimport os\nprint('user site', os.environ.get('USER_SITECUSTOMIZE_RAN'))\n")
-    launcher = shutil.which("transfer-run")
-    assert launcher, "transfer-run is not installed (pip install -e .)"
+    launcher = console_script("transfer-run")
     env = clean_env(PYTHONPATH=str(user_site), TORCH_DEVICE_BACKEND_AUTOLOAD="0")  # the bootstrap alone
     proc = run([launcher, "--device", "cpu", sys.executable, str(script)], env=env)
     assert "cuda True cpu" in proc.stdout and "user site yes" in proc.stdout
 
 
 def test_transfer_run_trains_the_example(tmp_path):
-    proc = run([shutil.which("transfer-run"), "-d", "cpu", sys.executable, TRAIN, "--epochs", "1",
+    proc = run([console_script("transfer-run"), "-d", "cpu", sys.executable, TRAIN, "--epochs", "1",
                 "--workdir", str(tmp_path)])
     assert_trained(proc)
 
@@ -79,7 +77,7 @@ def test_unknown_device_fails_at_torch_import_not_at_startup():
 
 
 def test_transfer_run_rejects_an_unknown_device():
-    proc = run([shutil.which("transfer-run"), "--device", "tpu", sys.executable, "-c", "pass"], check=False)
+    proc = run([console_script("transfer-run"), "--device", "tpu", sys.executable, "-c", "pass"], check=False)
     assert proc.returncode == 2 and "not a known target" in proc.stderr
 
 

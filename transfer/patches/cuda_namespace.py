@@ -61,12 +61,15 @@ def apply(ctx) -> None:
             impl = _INTERNAL_DEFAULTS[name]
         elif name in _HARMLESS:
             impl = _noop(ctx, name, _HARMLESS[name], target_name)
-        elif inspect.isclass(original):
+        elif inspect.isclass(original):  # also what torch 2.14's dynamo needs: isinstance(v, torch.cuda.MemPool)
             impl = _unsupported_class(ctx, name, target_name)
         elif callable(original):
             impl = _unsupported(ctx, name, target_name)
         else:
             continue  # constants such as has_half stay as they are
+        if hasattr(original, "__wrapped__") and not hasattr(impl, "__wrapped__"):
+            impl = _keeping_wrapped(name, impl)  # torch 2.14's dynamo reads torch.cuda.use_mem_pool.__wrapped__
+
         if name == "set_device":
             impl = _noting_selection(ctx, impl)
         if name in ("Event", "Stream") and inspect.isclass(impl):
@@ -97,6 +100,25 @@ def _noting_selection(ctx, set_device: Callable) -> Callable:
     noting.__name__ = "set_device"
     noting.__wrapped__ = set_device
     return noting
+
+
+def _keeping_wrapped(name: str, impl: Callable) -> Callable:
+    """A layer over `impl` that has ``__wrapped__``, as the CUDA original has.
+
+    torch's own code reads ``__wrapped__`` of some torch.cuda functions (the
+    ``contextlib.contextmanager`` and ``deprecated`` ones) as a plain attribute
+    and fails at import when it is missing. The layer is a new function, so the
+    target's own objects are never modified.
+    """
+
+    def keeping(*args, **kwargs):
+        return impl(*args, **kwargs)
+
+    keeping.__name__ = name
+    keeping.__qualname__ = f"cuda.{name}"
+    keeping.__doc__ = getattr(impl, "__doc__", None)
+    keeping.__wrapped__ = impl
+    return keeping
 
 
 def _device_position(original: Any) -> Optional[int]:

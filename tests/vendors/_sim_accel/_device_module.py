@@ -19,6 +19,12 @@ from typing import Any
 
 import torch
 
+# torch < 2.6 has no torch.accelerator: the stand-in then keeps the current stream per thread itself
+# (work is synchronous, so that is all a stream is here); c10::DeviceType::PrivateUse1 is 20.
+_ACCELERATOR = getattr(torch, "accelerator", None)
+_PRIVATEUSE1_TYPE_ID = 20
+_streams = threading.local()
+
 GiB = 1024**3
 
 
@@ -146,7 +152,9 @@ def build_device_module(spec, C) -> types.ModuleType:
     @export
     def synchronize(device=None) -> None:
         _lazy_init()
-        torch.accelerator.synchronize(_get_device_index(device, optional=True))
+        index = _get_device_index(device, optional=True)
+        if _ACCELERATOR is not None:
+            _ACCELERATOR.synchronize(index)  # else: work is synchronous, nothing to wait for
 
     @export
     def can_device_access_peer(device, peer_device) -> bool:
@@ -163,7 +171,8 @@ def build_device_module(spec, C) -> types.ModuleType:
     def _device_type_id():
         nonlocal device_type_id
         if device_type_id is None:
-            device_type_id = torch.accelerator.current_stream(C.current_device()).device_type
+            device_type_id = (_PRIVATEUSE1_TYPE_ID if _ACCELERATOR is None
+                              else _ACCELERATOR.current_stream(C.current_device()).device_type)
         return device_type_id
 
     class Stream(torch.Stream):
@@ -223,7 +232,11 @@ def build_device_module(spec, C) -> types.ModuleType:
     @export
     def current_stream(device=None) -> Stream:
         _lazy_init()
-        return _wrap_stream(torch.accelerator.current_stream(_get_device_index(device, optional=True)))
+        index = _get_device_index(device, optional=True)
+        if _ACCELERATOR is None:
+            current = getattr(_streams, "current", {}).get(index)
+            return current if current is not None else default_stream(index)
+        return _wrap_stream(_ACCELERATOR.current_stream(index))
 
     @export
     def default_stream(device=None) -> Stream:
@@ -235,7 +248,12 @@ def build_device_module(spec, C) -> types.ModuleType:
     def set_stream(stream) -> None:
         if stream is None:
             return
-        torch.accelerator.set_stream(stream)
+        if _ACCELERATOR is None:
+            if not hasattr(_streams, "current"):
+                _streams.current = {}
+            _streams.current[stream.device_index] = stream
+            return
+        _ACCELERATOR.set_stream(stream)
 
     class StreamContext:
         r"""Context manager that selects a given stream (no-op for None)."""
