@@ -10,7 +10,7 @@ dependencies, so the dependency specification is exercised) into a fresh
 virtual environment that already holds the torch under test, checks that
 installing left that torch exactly as it was, and runs the tests from a copy
 of tests/ + examples/ + benchmarks/ outside the checkout: ``import transfer``
-can only find the installed copy (TRANSFER_TEST_INSTALLED=1 makes the suite
+can only find the installed copy (TESTING_INSTALLED_TRANSFER=1 makes the suite
 assert it). Virtual environments live in .nox/<session>-torch-<version>;
 one is reused when it already holds that torch (TRANSFER_NOX_FRESH=1 rebuilds).
 `nox -s compat --install-only` prepares the environments without testing
@@ -127,7 +127,7 @@ def test_tree(name: str) -> str:
 
 def run_pytest(session: nox.Session, python: str, tree: str, wheel: str, *args: str) -> None:
     """pytest in `tree` with the venv's python; its bin first on PATH (transfer-run, torchrun)."""
-    env = {"TRANSFER_TEST_INSTALLED": "1", "TRANSFER_WHEEL": wheel,
+    env = {"TESTING_INSTALLED_TRANSFER": "1", "WHEEL_UNDER_TEST": wheel,
            "PATH": os.path.dirname(python) + os.pathsep + os.environ["PATH"]}
     with session.chdir(tree):
         session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, external=True, env=env)

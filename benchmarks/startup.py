@@ -100,10 +100,12 @@ def _install_wheel(target_site: str, root: str) -> None:
     import glob
     import zipfile
 
-    dist = os.path.join(root, "dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist,
-                    C.ROOT], check=True, capture_output=True)
-    (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
+    wheel = os.environ.get("WHEEL_UNDER_TEST")  # the nox sessions' wheel; else build one from this checkout
+    if not wheel:
+        dist = os.path.join(root, "dist")
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist,
+                        C.ROOT], check=True, capture_output=True)
+        (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(target_site)
     assert os.path.exists(os.path.join(target_site, "transfer.pth")), "the wheel lacks its .pth gate"
@@ -123,7 +125,10 @@ def build_envs(root: str) -> Dict[str, str]:
             break
     ours = set(_transfer_entries(site_dir))
     pythons = {}
-    for name in ENVS:
+    # "editable" exists only where transfer is installed editable (a checkout); the nox sessions
+    # measure the installed wheel, which the "wheel" environment is.
+    editable = any(entry.startswith("__editable__") for entry in ours)
+    for name in (e for e in ENVS if editable or e != "editable"):
         env_dir = os.path.join(root, name)
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", env_dir], check=True,
                        capture_output=True)
@@ -196,6 +201,13 @@ def _rotate(pythons: Dict[str, str], runs: int, fn, rng: random.Random) -> Dict[
 
 
 # ------------------------------------------------------------------- measures
+def _package_dir() -> str:
+    """The transfer package being measured: this checkout's, or the installed one (nox runs from a copy of tests)."""
+    import transfer
+
+    return os.path.dirname(os.path.abspath(transfer.__file__))
+
+
 def _package_copies(root: str) -> Dict[str, str]:
     """Two copies of the transfer package: byte-compiled (as pip leaves it) and source only."""
     import compileall
@@ -203,7 +215,7 @@ def _package_copies(root: str) -> Dict[str, str]:
     copies = {}
     for name in ("pyc", "no_pyc"):
         parent = os.path.join(root, name)
-        shutil.copytree(os.path.join(C.ROOT, "transfer"), os.path.join(parent, "transfer"),
+        shutil.copytree(_package_dir(), os.path.join(parent, "transfer"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if name == "pyc":
             compileall.compile_dir(os.path.join(parent, "transfer"), quiet=1)

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # nox sessions run this suite from a copy of tests/ outside the checkout against the installed wheel.
-INSTALLED = os.environ.get("TRANSFER_TEST_INSTALLED") == "1"
+INSTALLED = os.environ.get("TESTING_INSTALLED_TRANSFER") == "1"
 VENDORS = os.path.join(ROOT, "tests", "vendors")
 EXAMPLES = os.path.join(ROOT, "examples")
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")

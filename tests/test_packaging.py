@@ -1,7 +1,7 @@
 """What `pip install transfer` gives a user: the files, the dependency rule, the .pth gate.
 
 The nox sessions run these against the installed wheel on every torch of the matrix
-(TRANSFER_TEST_INSTALLED=1, TRANSFER_WHEEL=<the wheel>); from a checkout they build a wheel.
+(TESTING_INSTALLED_TRANSFER=1, WHEEL_UNDER_TEST=<the wheel>); from a checkout they build a wheel.
 """
 
 import glob
@@ -24,7 +24,7 @@ PROBE = "import torch; print('cuda', torch.cuda.is_available(), torch.ones(1).cu
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    path = os.environ.get("TRANSFER_WHEEL")
+    path = os.environ.get("WHEEL_UNDER_TEST")
     if path:
         return path
     out = tmp_path_factory.mktemp("dist")
