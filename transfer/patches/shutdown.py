@@ -65,7 +65,8 @@ logger = logging.getLogger("transfer")
 
 #: Longest wait at exit for C++ threads to release the Python objects they hold.
 # 10 s, not 3: a rank whose peer is slow (a loaded machine) waits for its last collective to complete
-# before the Context is released; 3 s was seen to run out under load (an abort at exit in CI).
+# before the Context is released. With 3 s, one spawn worker aborted at exit in a CI-like run on a loaded
+# machine (not reproduced in 6 quiet runs); the wait ends as soon as the Context is freed.
 DRAIN_TIMEOUT_S = 10.0
 
 _SENTINEL = contextvars.ContextVar("transfer_exit_sentinel", default=None)
