@@ -4,6 +4,7 @@
     nox -s compat                the compat suite on the CI pairs (torch 2.0.1/Py 3.8, 2.1.2/3.10, 2.14.1/3.12)
     nox -s compat -- 2.6.0 2.9.1 ... on those torch versions (each with its Python from TORCH_PYTHON)
     nox -s compat -- all         ... on every minor release from 2.0 to 2.14 (about 15 x 5 GB of venvs)
+    nox -s quickstart            the README's quick start on a fresh environment with no torch
 
 Every session builds the wheel from this checkout, installs it (with its
 dependencies, so the dependency specification is exercised) into a fresh
@@ -28,7 +29,7 @@ import time
 
 import nox
 
-nox.options.sessions = ["tests", "compat"]
+nox.options.sessions = ["tests", "compat", "quickstart"]
 nox.options.download_python = "never"
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -206,3 +207,25 @@ def framework_requirements() -> list:
     names = [line.split("==")[0].strip() for line in open(constraints)
              if line.strip() and not line.startswith("#")]
     return ["-c", constraints, *names]
+
+
+@nox.session(venv_backend="none")
+def quickstart(session: nox.Session) -> None:
+    """The README's quick start, as a newcomer runs it: `pip install .` into an environment with no
+    torch (pip picks one), then the unmodified CUDA example with TRANSFER_DEVICE=cpu."""
+    venv = os.path.join(WORK, "quickstart")
+    python = os.path.join(venv, "bin", "python")
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run_install(sys.executable, "-m", "venv", venv, external=True)
+    session.run_install(python, "-m", "pip", "install", "-q", ROOT, external=True)
+    if install_only(session):
+        return
+    session.log(f"pip picked torch {installed_torch(python)}")
+    workdir = os.path.join(WORK, "quickstart-work")
+    shutil.rmtree(workdir, ignore_errors=True)
+    with session.chdir(os.path.join(WORK)):  # not the checkout: the installed copy runs
+        output = session.run(python, os.path.join(ROOT, "examples", "train_cuda.py"), "--epochs", "1", "--workdir",
+                             workdir, external=True, silent=True, env={"TRANSFER_DEVICE": "cpu"})
+    print(output)
+    if "outputs identical: True" not in output or "epoch 0: loss" not in output:
+        session.error("the quick start did not train the example to the end")
