@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import threading
+import time
 import types
 import warnings
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 
 GiB = 1024**3
+_accelerator = getattr(torch, "accelerator", None)  # torch < 2.6 has none
 
 
 def build_device_module(spec, C) -> types.ModuleType:
@@ -146,7 +148,8 @@ def build_device_module(spec, C) -> types.ModuleType:
     @export
     def synchronize(device=None) -> None:
         _lazy_init()
-        torch.accelerator.synchronize(_get_device_index(device, optional=True))
+        if _accelerator is not None:
+            _accelerator.synchronize(_get_device_index(device, optional=True))
 
     @export
     def can_device_access_peer(device, peer_device) -> bool:
@@ -158,13 +161,12 @@ def build_device_module(spec, C) -> types.ModuleType:
         return True
 
     # ------------------------------------------------------------- streams
-    device_type_id = None
-
     def _device_type_id():
-        nonlocal device_type_id
-        if device_type_id is None:
-            device_type_id = torch.accelerator.current_stream(C.current_device()).device_type
-        return device_type_id
+        return int(torch._C._autograd.DeviceType.PrivateUse1)
+
+    # torch < 2.6 has no torch.accelerator: work is synchronous, so every device then has
+    # stream 0 only (set_stream remembers the choice) and synchronize() returns at once.
+    current_streams: dict = {}
 
     class Stream(torch.Stream):
         r"""A stream of the simulated device (work is synchronous, so streams
@@ -179,6 +181,8 @@ def build_device_module(spec, C) -> types.ModuleType:
                     device_type=kwargs["device_type"],
                 )
             idx = _get_device_index(device, optional=True)
+            if _accelerator is None:  # every stream is stream 0 then (2.1's torch.Stream takes ids only)
+                return super().__new__(cls, stream_id=0, device_index=idx, device_type=_device_type_id())
             return super().__new__(cls, device=torch.device(name, idx), priority=priority)
 
         def __init__(self, *args, **kwargs):
@@ -189,6 +193,21 @@ def build_device_module(spec, C) -> types.ModuleType:
                 event = Event()
             event.record(self)
             return event
+
+        # torch < 2.4's torch.Stream has no methods: synchronous work makes them trivial.
+        if not hasattr(torch.Stream, "query"):
+
+            def query(self):
+                return True
+
+            def synchronize(self):
+                pass
+
+            def wait_event(self, event):
+                pass
+
+            def wait_stream(self, stream):
+                pass
 
     Stream.__name__ = Stream.__qualname__ = "Stream"
     Stream.__module__ = modname
@@ -213,6 +232,37 @@ def build_device_module(spec, C) -> types.ModuleType:
         ``elapsed_time`` measures host wall-clock time between the two
         ``record`` calls, in milliseconds."""
 
+    if not hasattr(torch, "Event"):  # torch < 2.3 has no torch.Event: a Python event instead
+
+        class Event:  # noqa: F811
+            r"""An event of the simulated device; work is synchronous, so it is always
+            complete, and ``elapsed_time`` measures host wall-clock time between the
+            two ``record`` calls, in milliseconds."""
+
+            def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+                self.device = torch.device(name, C.current_device())
+                self.enable_timing = enable_timing
+                self._recorded_at = None
+
+            def record(self, stream=None):
+                self._recorded_at = time.perf_counter()
+
+            def query(self):
+                return True
+
+            def synchronize(self):
+                pass
+
+            def wait(self, stream=None):
+                pass
+
+            def elapsed_time(self, end_event):
+                if not (self.enable_timing and end_event.enable_timing):
+                    raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+                if self._recorded_at is None or end_event._recorded_at is None:
+                    raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+                return (end_event._recorded_at - self._recorded_at) * 1000.0
+
     Event.__module__ = modname
     export(Stream)
     export(Event)
@@ -223,7 +273,10 @@ def build_device_module(spec, C) -> types.ModuleType:
     @export
     def current_stream(device=None) -> Stream:
         _lazy_init()
-        return _wrap_stream(torch.accelerator.current_stream(_get_device_index(device, optional=True)))
+        idx = _get_device_index(device, optional=True)
+        if _accelerator is None:
+            return current_streams.get(idx) or default_stream(idx)
+        return _wrap_stream(_accelerator.current_stream(idx))
 
     @export
     def default_stream(device=None) -> Stream:
@@ -235,7 +288,10 @@ def build_device_module(spec, C) -> types.ModuleType:
     def set_stream(stream) -> None:
         if stream is None:
             return
-        torch.accelerator.set_stream(stream)
+        if _accelerator is None:
+            current_streams[stream.device_index] = stream
+            return
+        _accelerator.set_stream(stream)
 
     class StreamContext:
         r"""Context manager that selects a given stream (no-op for None)."""

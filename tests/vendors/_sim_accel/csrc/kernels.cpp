@@ -220,8 +220,30 @@ void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
 }
 
+// torch < 2.3's cpu_fallback leaves Tensor?[] arguments (index, index_put_) on the device
+// (pytorch issue 102081, fixed by PR 119273): hand it CPU aliases of them.
+void optional_tensor_lists_to_cpu(torch::jit::Stack* stack, size_t num_arguments) {
+  const size_t begin = stack->size() - num_arguments;
+  for (size_t i = begin; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isOptionalTensorList()) {
+      continue;
+    }
+    auto tensors = v.toOptionalTensorList().vec();
+    for (auto& t : tensors) {
+      if (t.has_value() && t->defined() && t->device().is_privateuseone()) {
+        t = alias_cpu(*t);
+      }
+    }
+    v = c10::IValue(c10::List<c10::optional<at::Tensor>>(tensors));
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   substitute_generators(op, stack);
+#if SIM_TORCH_BEFORE(2, 3)
+  optional_tensor_lists_to_cpu(stack, op.schema().arguments().size());
+#endif
   at::native::cpu_fallback(op, stack);
 }
 
