@@ -555,18 +555,28 @@ def build_device_module(spec, C) -> types.ModuleType:
 
     @export
     def is_autocast_enabled() -> bool:
+        if hasattr(C, "is_autocast_enabled"):
+            return C.is_autocast_enabled()
         return torch.is_autocast_enabled(name)
 
     @export
     def set_autocast_enabled(enabled: bool) -> None:
+        if hasattr(C, "set_autocast_enabled"):
+            return C.set_autocast_enabled(enabled)
         torch.set_autocast_enabled(name, enabled)
 
+    # torch < 2.4 has no torch.get_autocast_dtype(device): its autocast asks these of the module,
+    # and the extension exports ATen's PrivateUse1 autocast state for them.
     @export
     def get_autocast_dtype() -> torch.dtype:
+        if hasattr(C, "get_autocast_dtype"):
+            return C.get_autocast_dtype()
         return torch.get_autocast_dtype(name)
 
     @export
     def set_autocast_dtype(dtype: torch.dtype) -> None:
+        if hasattr(C, "set_autocast_dtype"):
+            return C.set_autocast_dtype(dtype)
         torch.set_autocast_dtype(name, dtype)
 
     # --------------------------------------------------------------- amp
