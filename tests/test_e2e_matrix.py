@@ -448,16 +448,23 @@ def test_cell(cell, matrix):
         raise AssertionError(cell)
 
 
+# Without the shim a script fails on the torch build's own terms: a CPU build (2.13.0+cpu here) has
+# no CUDA runtime and no NCCL; a CUDA build (every other torch here) finds no driver and no GPU.
+CUDA_BUILD = torch.version.cuda is not None
+NO_CUDA_MESSAGE = "Found no NVIDIA driver on your system" if CUDA_BUILD else "has no attribute '_cuda_setDevice'"
+NO_NCCL_MESSAGE = ("ProcessGroupNCCL is only supported with GPUs, no GPUs found" if CUDA_BUILD
+                   else "Distributed package doesn't have NCCL built in")
+
+
 def check_control(outcome: Outcome) -> None:
     """Without the shim the scripts fail the way the seeds report: proof the matrix measures it."""
     cell = outcome.cell
     assert any(p.returncode != 0 for p in outcome.procs), outcome.log()
     if cell.script == "ddp" and cell.way == "none":
-        # torch.cuda.set_device(local_rank) is the script's first CUDA call; a CPU build of torch
-        # 2.13 has no CUDA runtime behind it.
-        assert "has no attribute '_cuda_setDevice'" in outcome.stderr, outcome.log()
+        # torch.cuda.set_device(local_rank) is the script's first CUDA call.
+        assert NO_CUDA_MESSAGE in outcome.stderr, outcome.log()
     elif cell.script == "ddp":
-        assert "Distributed package doesn't have NCCL built in" in outcome.stderr, outcome.log()
+        assert NO_NCCL_MESSAGE in outcome.stderr, outcome.log()
     elif cell.script == "mmengine":
         assert ("DistributedDataParallel device_ids and output_device arguments only work with "
                 "single-device/multiple-device GPU modules or CPU modules") in outcome.stderr, outcome.log()
