@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import os
 import sys
 import threading
@@ -164,9 +165,10 @@ def build_device_module(spec, C) -> types.ModuleType:
     def _device_type_id():
         return int(torch._C._autograd.DeviceType.PrivateUse1)
 
-    # torch < 2.6 has no torch.accelerator: work is synchronous, so every device then has
-    # stream 0 only (set_stream remembers the choice) and synchronize() returns at once.
+    # torch < 2.6 has no torch.accelerator: work is synchronous, so a stream is then an id only
+    # (0 the default, new ones numbered), set_stream remembers the choice and synchronize() returns.
     current_streams: dict = {}
+    new_stream_ids = itertools.count(1)
 
     class Stream(torch.Stream):
         r"""A stream of the simulated device (work is synchronous, so streams
@@ -181,8 +183,9 @@ def build_device_module(spec, C) -> types.ModuleType:
                     device_type=kwargs["device_type"],
                 )
             idx = _get_device_index(device, optional=True)
-            if _accelerator is None:  # every stream is stream 0 then (2.1's torch.Stream takes ids only)
-                return super().__new__(cls, stream_id=0, device_index=idx, device_type=_device_type_id())
+            if _accelerator is None:  # 2.1's torch.Stream takes ids only
+                return super().__new__(cls, stream_id=next(new_stream_ids), device_index=idx,
+                                       device_type=_device_type_id())
             return super().__new__(cls, device=torch.device(name, idx), priority=priority)
 
         def __init__(self, *args, **kwargs):
@@ -194,8 +197,15 @@ def build_device_module(spec, C) -> types.ModuleType:
             event.record(self)
             return event
 
-        # torch < 2.4's torch.Stream has no methods: synchronous work makes them trivial.
+        # torch < 2.4's torch.Stream has no methods (nor value equality): synchronous work makes them trivial.
         if not hasattr(torch.Stream, "query"):
+
+            def __eq__(self, other):
+                return isinstance(other, torch.Stream) and (self.stream_id, self.device_index, self.device_type) \
+                    == (other.stream_id, other.device_index, other.device_type)
+
+            def __hash__(self):
+                return hash((self.stream_id, self.device_index, self.device_type))
 
             def query(self):
                 return True

@@ -652,8 +652,8 @@ py::object py_default_generator(int index) {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, sim_accel::SimGuardImpl);
 
-#if SIM_TORCH_BEFORE(2, 3)
-// torch < 2.3 has no pinned-memory hooks and pins for CUDA when no device is named; like
+#if SIM_TORCH_BEFORE(2, 5)
+// torch < 2.5 pins for CUDA when no device is named (and < 2.3 has no pinned-memory hooks); like
 // torch_npu on 2.1 (csrc/aten/PinMemory.cpp), the stand-in overrides BackendSelect's
 // is_pinned/_pin_memory and pins for its own device by default.
 namespace {
