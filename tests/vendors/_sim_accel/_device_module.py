@@ -242,7 +242,7 @@ def build_device_module(spec, C) -> types.ModuleType:
         ``elapsed_time`` measures host wall-clock time between the two
         ``record`` calls, in milliseconds."""
 
-    if not hasattr(torch, "Event"):  # torch < 2.3 has no torch.Event: a Python event instead
+    if not hasattr(torch, "Event"):  # torch < 2.4 has no torch.Event: a Python event instead
 
         class Event:  # noqa: F811
             r"""An event of the simulated device; work is synchronous, so it is always
