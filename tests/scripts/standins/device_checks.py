@@ -228,16 +228,23 @@ def dropout_and_rng_use_device_generator():
 AUTOCAST_CASTS = hasattr(torch, "get_autocast_dtype")
 
 
+def autocast_state():
+    """(enabled, dtype) of autocast on the device: torch's own API, or (< 2.4) the device module's."""
+    if AUTOCAST_CASTS:
+        return torch.is_autocast_enabled(VENDOR), torch.get_autocast_dtype(VENDOR)
+    return mod.is_autocast_enabled(), mod.get_autocast_dtype()
+
+
 @check
 def autocast_on_device():
     lin = nn.Linear(8, 4).to(D1)
     x = torch.randn(2, 8, device=D1)
     cast = torch.bfloat16 if AUTOCAST_CASTS else torch.float32
     with torch.autocast(device_type=VENDOR, dtype=torch.bfloat16):
-        assert mod.is_autocast_enabled() and mod.get_autocast_dtype() == torch.bfloat16
+        assert autocast_state() == (True, torch.bfloat16)
         y = lin(x)
         s = torch.softmax(y, dim=-1)
-    assert not mod.is_autocast_enabled()
+    assert not autocast_state()[0]
     assert y.dtype == cast and s.dtype == torch.float32, (y.dtype, s.dtype)
     with mod.amp.autocast(dtype=torch.bfloat16):
         y2 = lin(x)
