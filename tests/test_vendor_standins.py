@@ -41,6 +41,8 @@ DEVICE_CHECKS = [
     "training_matches_cpu",
     "dropout_and_rng_use_device_generator",
     "autocast_on_device",
+    "grad_scaler_kernels",
+    "masked_index_on_device",
     "events_and_streams",
     "memory_statistics",
     "device_module_api",

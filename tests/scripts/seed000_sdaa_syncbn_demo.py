@@ -8,9 +8,13 @@
 #     zeroes the gradients; 1000 iterations -> 20.
 #   * MASTER_ADDR/MASTER_PORT become setdefault (the test chooses a free port), and each rank
 #     prints a digest of its final parameters.
+#   * reproducible, so the result can be compared with one process training on the full batch:
+#     every rank seeds 0 before building the model and 100 + rank before drawing its data;
+#     rank 0 saves the final state_dict to the path given as the first argument, if any.
 # Original comments kept (translated in brackets).
 import hashlib
 import os
+import sys
 import torch
 import torch_sdaa
 import torch.nn as nn
@@ -38,6 +42,7 @@ def demo_basic(rank, world_size):
     dist.init_process_group('tccl', rank=rank, world_size=world_size)
     # dist.init_process_group('gloo', rank=rank, world_size=world_size)
 
+    torch.manual_seed(0)
     if USE_TEST_MODEL:
         model = nn.Linear(10, 10).to(device)  # 构造模型
         model = nn.Sequential(
@@ -57,6 +62,7 @@ def demo_basic(rank, world_size):
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=0.001)  # 定义优化器
 
     model.train()  # 设置训练模型
+    torch.manual_seed(100 + rank)
     for i in range(ITERATIONS):
         if USE_TEST_MODEL:
             data = torch.randn(20, 10).to(device)  # 数据放到device上
@@ -76,6 +82,8 @@ def demo_basic(rank, world_size):
         digest.update(name.encode())
         digest.update(repr(tensor.detach().cpu().flatten().tolist()).encode())
     print(f"rank {rank}: parameters {digest.hexdigest()[:16]} on {next(model.parameters()).device}")
+    if rank == 0 and len(sys.argv) > 1:
+        torch.save(ddp_model.module.state_dict(), sys.argv[1])
 
 
 def main(demo_fn, world_size):

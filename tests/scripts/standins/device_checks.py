@@ -73,7 +73,8 @@ def registration():
     assert m.weight.device == D3
     assert dist.Backend.default_device_backend_map[VENDOR] == BACKEND
     assert BACKEND in dist.Backend.backend_list
-    assert torch.accelerator.current_accelerator().type == VENDOR
+    if hasattr(torch, "accelerator"):  # torch >= 2.6
+        assert torch.accelerator.current_accelerator().type == VENDOR
 
 
 @check
@@ -222,18 +223,35 @@ def dropout_and_rng_use_device_generator():
     mod.set_device(0)
 
 
+# torch < 2.4's headers have no autocast op lists: autocast is accepted there but casts nothing
+# (tests/vendors/README.md, "Old torch"); < 2.3 has no device-generic GradScaler.
+AUTOCAST_CASTS = hasattr(torch, "get_autocast_dtype")
+
+
+def autocast_state():
+    """(enabled, dtype) of autocast on the device: torch's own API, or (< 2.4) the device module's."""
+    if AUTOCAST_CASTS:
+        return torch.is_autocast_enabled(VENDOR), torch.get_autocast_dtype(VENDOR)
+    return mod.is_autocast_enabled(), mod.get_autocast_dtype()
+
+
 @check
 def autocast_on_device():
     lin = nn.Linear(8, 4).to(D1)
     x = torch.randn(2, 8, device=D1)
+    cast = torch.bfloat16 if AUTOCAST_CASTS else torch.float32
     with torch.autocast(device_type=VENDOR, dtype=torch.bfloat16):
+        assert autocast_state() == (True, torch.bfloat16)
         y = lin(x)
         s = torch.softmax(y, dim=-1)
-    assert y.dtype == torch.bfloat16 and s.dtype == torch.float32, (y.dtype, s.dtype)
+    assert not autocast_state()[0]
+    assert y.dtype == cast and s.dtype == torch.float32, (y.dtype, s.dtype)
     with mod.amp.autocast(dtype=torch.bfloat16):
         y2 = lin(x)
-    assert y2.dtype == torch.bfloat16
+    assert y2.dtype == cast
     assert lin(x).dtype == torch.float32
+    if not hasattr(mod.amp, "GradScaler"):
+        return
     scaler = mod.amp.GradScaler()
     opt = torch.optim.SGD(lin.parameters(), lr=0.1)
     with torch.autocast(device_type=VENDOR, dtype=torch.bfloat16):
@@ -242,6 +260,36 @@ def autocast_on_device():
     scaler.step(opt)
     scaler.update()
     assert scaler.get_scale() > 0
+
+
+@check
+def grad_scaler_kernels():
+    """GradScaler's two ops on the device (torch < 2.3: the stand-in's own kernels)."""
+    grads = [torch.tensor([2.0, 4.0], device=D1), torch.tensor([8.0], device=D1)]
+    found_inf = torch.zeros(1, device=D1)
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch.full((1,), 0.5, device=D1))
+    assert grads[0].cpu().tolist() == [1.0, 2.0] and grads[1].cpu().tolist() == [4.0]
+    assert found_inf.item() == 0.0
+    grads.append(torch.tensor([float("inf")], device=D1))
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, torch.ones(1, device=D1))
+    assert found_inf.item() == 1.0
+    scale, tracker = torch.full((1,), 4.0, device=D1), torch.zeros(1, dtype=torch.int32, device=D1)
+    torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 2)
+    assert (scale.item(), tracker.item()) == (2.0, 0)  # backed off
+    found_inf.zero_()
+    torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 2)
+    assert (scale.item(), tracker.item()) == (2.0, 1)
+    torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 2)
+    assert (scale.item(), tracker.item()) == (4.0, 0)  # grown after 2 clean steps
+
+
+@check
+def masked_index_on_device():
+    """x[mask] with a device mask (SyncBatchNorm does it; torch < 2.3's fallback needed help)."""
+    x = torch.arange(6.0, device=D2)
+    assert x[x >= 2].cpu().tolist() == [2.0, 3.0, 4.0, 5.0] and x[x >= 2].device == D2
+    x[x < 2] = -1.0
+    assert x.cpu().tolist() == [-1.0, -1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 @check
@@ -480,8 +528,9 @@ def vendor_names_frameworks_import():
 @check
 def pinned_memory():
     x = torch.randn(16)
-    p = x.pin_memory()
+    p = x.pin_memory()  # for the device, even where torch's default is CUDA (< 2.5)
     assert p.is_pinned() and not x.is_pinned()
+    assert x.pin_memory(VENDOR).is_pinned(VENDOR)
     y = p.to(D1, non_blocking=True)
     assert torch.equal(y.cpu(), x)
 

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import os
 import sys
 import threading
+import time
 import types
 import warnings
 from typing import Any
 
 import torch
 
-# torch < 2.6 has no torch.accelerator: the stand-in then keeps the current stream per thread itself
-# (work is synchronous, so that is all a stream is here); c10::DeviceType::PrivateUse1 is 20.
-_ACCELERATOR = getattr(torch, "accelerator", None)
-_PRIVATEUSE1_TYPE_ID = 20
-_streams = threading.local()
-
 GiB = 1024**3
+_accelerator = getattr(torch, "accelerator", None)  # torch < 2.6 has none
 
 
 def build_device_module(spec, C) -> types.ModuleType:
@@ -152,9 +149,8 @@ def build_device_module(spec, C) -> types.ModuleType:
     @export
     def synchronize(device=None) -> None:
         _lazy_init()
-        index = _get_device_index(device, optional=True)
-        if _ACCELERATOR is not None:
-            _ACCELERATOR.synchronize(index)  # else: work is synchronous, nothing to wait for
+        if _accelerator is not None:
+            _accelerator.synchronize(_get_device_index(device, optional=True))
 
     @export
     def can_device_access_peer(device, peer_device) -> bool:
@@ -166,14 +162,13 @@ def build_device_module(spec, C) -> types.ModuleType:
         return True
 
     # ------------------------------------------------------------- streams
-    device_type_id = None
-
     def _device_type_id():
-        nonlocal device_type_id
-        if device_type_id is None:
-            device_type_id = (_PRIVATEUSE1_TYPE_ID if _ACCELERATOR is None
-                              else _ACCELERATOR.current_stream(C.current_device()).device_type)
-        return device_type_id
+        return int(torch._C._autograd.DeviceType.PrivateUse1)
+
+    # torch < 2.6 has no torch.accelerator: work is synchronous, so a stream is then an id only
+    # (0 the default, new ones numbered), set_stream remembers the choice and synchronize() returns.
+    current_streams: dict = {}
+    new_stream_ids = itertools.count(1)
 
     class Stream(torch.Stream):
         r"""A stream of the simulated device (work is synchronous, so streams
@@ -188,6 +183,9 @@ def build_device_module(spec, C) -> types.ModuleType:
                     device_type=kwargs["device_type"],
                 )
             idx = _get_device_index(device, optional=True)
+            if _accelerator is None:  # 2.1's torch.Stream takes ids only
+                return super().__new__(cls, stream_id=next(new_stream_ids), device_index=idx,
+                                       device_type=_device_type_id())
             return super().__new__(cls, device=torch.device(name, idx), priority=priority)
 
         def __init__(self, *args, **kwargs):
@@ -198,6 +196,28 @@ def build_device_module(spec, C) -> types.ModuleType:
                 event = Event()
             event.record(self)
             return event
+
+        # torch < 2.4's torch.Stream has no methods (nor value equality): synchronous work makes them trivial.
+        if not hasattr(torch.Stream, "query"):
+
+            def __eq__(self, other):
+                return isinstance(other, torch.Stream) and (self.stream_id, self.device_index, self.device_type) \
+                    == (other.stream_id, other.device_index, other.device_type)
+
+            def __hash__(self):
+                return hash((self.stream_id, self.device_index, self.device_type))
+
+            def query(self):
+                return True
+
+            def synchronize(self):
+                pass
+
+            def wait_event(self, event):
+                pass
+
+            def wait_stream(self, stream):
+                pass
 
     Stream.__name__ = Stream.__qualname__ = "Stream"
     Stream.__module__ = modname
@@ -222,6 +242,37 @@ def build_device_module(spec, C) -> types.ModuleType:
         ``elapsed_time`` measures host wall-clock time between the two
         ``record`` calls, in milliseconds."""
 
+    if not hasattr(torch, "Event"):  # torch < 2.4 has no torch.Event: a Python event instead
+
+        class Event:  # noqa: F811
+            r"""An event of the simulated device; work is synchronous, so it is always
+            complete, and ``elapsed_time`` measures host wall-clock time between the
+            two ``record`` calls, in milliseconds."""
+
+            def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+                self.device = torch.device(name, C.current_device())
+                self.enable_timing = enable_timing
+                self._recorded_at = None
+
+            def record(self, stream=None):
+                self._recorded_at = time.perf_counter()
+
+            def query(self):
+                return True
+
+            def synchronize(self):
+                pass
+
+            def wait(self, stream=None):
+                pass
+
+            def elapsed_time(self, end_event):
+                if not (self.enable_timing and end_event.enable_timing):
+                    raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+                if self._recorded_at is None or end_event._recorded_at is None:
+                    raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+                return (end_event._recorded_at - self._recorded_at) * 1000.0
+
     Event.__module__ = modname
     export(Stream)
     export(Event)
@@ -232,11 +283,10 @@ def build_device_module(spec, C) -> types.ModuleType:
     @export
     def current_stream(device=None) -> Stream:
         _lazy_init()
-        index = _get_device_index(device, optional=True)
-        if _ACCELERATOR is None:
-            current = getattr(_streams, "current", {}).get(index)
-            return current if current is not None else default_stream(index)
-        return _wrap_stream(_ACCELERATOR.current_stream(index))
+        idx = _get_device_index(device, optional=True)
+        if _accelerator is None:
+            return current_streams.get(idx) or default_stream(idx)
+        return _wrap_stream(_accelerator.current_stream(idx))
 
     @export
     def default_stream(device=None) -> Stream:
@@ -248,12 +298,10 @@ def build_device_module(spec, C) -> types.ModuleType:
     def set_stream(stream) -> None:
         if stream is None:
             return
-        if _ACCELERATOR is None:
-            if not hasattr(_streams, "current"):
-                _streams.current = {}
-            _streams.current[stream.device_index] = stream
+        if _accelerator is None:
+            current_streams[stream.device_index] = stream
             return
-        _ACCELERATOR.set_stream(stream)
+        _accelerator.set_stream(stream)
 
     class StreamContext:
         r"""Context manager that selects a given stream (no-op for None)."""
@@ -517,18 +565,28 @@ def build_device_module(spec, C) -> types.ModuleType:
 
     @export
     def is_autocast_enabled() -> bool:
+        if hasattr(C, "is_autocast_enabled"):
+            return C.is_autocast_enabled()
         return torch.is_autocast_enabled(name)
 
     @export
     def set_autocast_enabled(enabled: bool) -> None:
+        if hasattr(C, "set_autocast_enabled"):
+            return C.set_autocast_enabled(enabled)
         torch.set_autocast_enabled(name, enabled)
 
+    # torch < 2.4 has no torch.get_autocast_dtype(device): its autocast asks these of the module,
+    # and the extension exports ATen's PrivateUse1 autocast state for them.
     @export
     def get_autocast_dtype() -> torch.dtype:
+        if hasattr(C, "get_autocast_dtype"):
+            return C.get_autocast_dtype()
         return torch.get_autocast_dtype(name)
 
     @export
     def set_autocast_dtype(dtype: torch.dtype) -> None:
+        if hasattr(C, "set_autocast_dtype"):
+            return C.set_autocast_dtype(dtype)
         torch.set_autocast_dtype(name, dtype)
 
     # ------------------------------------------------- typed tensor classes

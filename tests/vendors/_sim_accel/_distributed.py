@@ -20,7 +20,7 @@ import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import AllgatherOptions, _create_work_from_future  # torch.distributed does not re-export it
 
 COUNTS: collections.Counter = collections.Counter()
 _COUNT_LOCK = threading.Lock()
@@ -236,7 +236,7 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._run("reduce", fn, tensors, tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or AllgatherOptions()
         _count("allgather")
         outs = [self._host(lst) for lst in output_tensors]
         ins, in_wb = self._host(input_tensors)

@@ -24,7 +24,11 @@ from _sim_accel import api as _api
 
 __version__ = "2.13.0+sim"
 
-_NOT_IN_SDAA = ("is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype")
+import torch
+
+# torch < 2.4's autocast requires these of every device module, so an sdaa build for it has them.
+_NOT_IN_SDAA = () if not hasattr(torch, "get_autocast_dtype") else (
+    "is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype")
 
 SPEC = VendorSpec(
     package="torch_sdaa",

@@ -220,8 +220,30 @@ void substitute_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
 }
 
+// torch < 2.3's cpu_fallback leaves Tensor?[] arguments (index, index_put_) on the device
+// (pytorch issue 102081, fixed by PR 119273): hand it CPU aliases of them.
+void optional_tensor_lists_to_cpu(torch::jit::Stack* stack, size_t num_arguments) {
+  const size_t begin = stack->size() - num_arguments;
+  for (size_t i = begin; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isOptionalTensorList()) {
+      continue;
+    }
+    auto tensors = v.toOptionalTensorList().vec();
+    for (auto& t : tensors) {
+      if (t.has_value() && t->defined() && t->device().is_privateuseone()) {
+        t = alias_cpu(*t);
+      }
+    }
+    v = c10::IValue(c10::List<c10::optional<at::Tensor>>(tensors));
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   substitute_generators(op, stack);
+#if SIM_TORCH_BEFORE(2, 3)
+  optional_tensor_lists_to_cpu(stack, op.schema().arguments().size());
+#endif
   at::native::cpu_fallback(op, stack);
 }
 
@@ -505,10 +527,54 @@ std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, c10::op
   return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
 }
 
+#if SIM_TORCH_BEFORE(2, 3)
+// torch < 2.3 has CUDA kernels only for GradScaler's two ops (the fallback finds no CPU one):
+// the device's own, as a vendor ships them, mirroring aten/src/ATen/native/cuda/AmpKernels.cu
+// on CPU aliases of the device memory.
+void amp_foreach_non_finite_check_and_unscale_(
+    at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
+  Tensor found = alias_cpu(found_inf);
+  Tensor factor = alias_cpu(inv_scale);
+  for (const Tensor& grad : grads) {
+    Tensor g = alias_cpu(grad);
+    if (!g.isfinite().all().item<bool>()) {
+      found.fill_(1.0);
+    }
+    g.mul_(factor.to(g.scalar_type()));
+  }
+}
+
+Tensor& amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf,
+                          double growth_factor, double backoff_factor, int64_t growth_interval) {
+  Tensor s = alias_cpu(scale);
+  Tensor tracker = alias_cpu(growth_tracker);
+  if (alias_cpu(found_inf).item<double>() != 0.0) {
+    s.mul_(backoff_factor);
+    tracker.fill_(0);
+    return scale;
+  }
+  const int64_t successful = tracker.item<int64_t>() + 1;
+  if (successful == growth_interval) {
+    Tensor grown = s * growth_factor;
+    if (grown.isfinite().all().item<bool>()) {
+      s.copy_(grown);
+    }
+    tracker.fill_(0);
+  } else {
+    tracker.fill_(successful);
+  }
+  return scale;
+}
+#endif
+
 }  // namespace
 }  // namespace sim_accel
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+#if SIM_TORCH_BEFORE(2, 3)
+  m.impl("_amp_foreach_non_finite_check_and_unscale_", &sim_accel::amp_foreach_non_finite_check_and_unscale_);
+  m.impl("_amp_update_scale_", &sim_accel::amp_update_scale_);
+#endif
   using namespace sim_accel;
   m.impl("empty.memory_format", &empty_memory_format);
   m.impl("empty_strided", &empty_strided);

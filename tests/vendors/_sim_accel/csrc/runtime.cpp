@@ -17,6 +17,12 @@
 
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/_pin_memory_ops.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/is_pinned_ops.h>
+#include <ATen/EmptyTensor.h>
+#include <c10/core/DispatchKeySet.h>
+#include <torch/library.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -24,6 +30,11 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Generator.h>
+#if SIM_TORCH_BEFORE(2, 4)
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
+#endif
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
@@ -31,6 +42,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -640,6 +652,61 @@ py::object py_default_generator(int index) {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, sim_accel::SimGuardImpl);
 
+#if SIM_TORCH_BEFORE(2, 5)
+// torch < 2.5 pins for CUDA when no device is named (and < 2.3 has no pinned-memory hooks); like
+// torch_npu on 2.1 (csrc/aten/PinMemory.cpp), the stand-in overrides BackendSelect's
+// is_pinned/_pin_memory and pins for its own device by default.
+namespace {
+bool pins_for_us(const c10::optional<at::Device>& device) {
+  return !device.has_value() || device->is_privateuseone();
+}
+
+bool sim_is_pinned(const at::Tensor& self, c10::optional<at::Device> device) {
+  if (!pins_for_us(device)) {
+    auto keys = c10::DispatchKeySet(c10::computeDispatchKey(c10::nullopt, self.layout(), *device));
+    return at::_ops::is_pinned::redispatch(keys, self, device);
+  }
+  if (!self.is_cpu()) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(sim_accel::g_pinned_mutex);
+  return sim_accel::g_pinned.count(self.storage().data_ptr().get()) > 0;
+}
+
+at::Tensor sim_pin_memory(const at::Tensor& self, c10::optional<at::Device> device) {
+  if (!pins_for_us(device)) {
+    auto keys = c10::DispatchKeySet(c10::computeDispatchKey(c10::nullopt, self.layout(), *device));
+    return at::_ops::_pin_memory::redispatch(keys, self, device);
+  }
+  TORCH_CHECK(self.is_cpu(), "cannot pin '", self.toString(), "' only dense CPU tensors can be pinned");
+  auto nbytes = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.dtype().itemsize());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, &sim_accel::g_pinned_allocator, false);
+  auto pinned = at::empty({0}, self.options()).set_(storage, 0, self.sizes(), self.strides());
+  pinned.copy_(self);
+  return pinned;
+}
+
+struct SilentWarnings final : public c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+// Registered like TORCH_LIBRARY_IMPL, but without torch's "overwrote a previously registered
+// kernel" warning on stderr at every import (the override is intended).
+struct PinRegistrar {
+  PinRegistrar() {
+    SilentWarnings silent;
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    library = std::make_unique<torch::Library>(
+        torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
+    library->impl("is_pinned", TORCH_FN(sim_is_pinned));
+    library->impl("_pin_memory", TORCH_FN(sim_pin_memory));
+  }
+  std::unique_ptr<torch::Library> library;
+};
+PinRegistrar g_pin_registrar;
+}  // namespace
+#endif
+
 namespace {
 struct Registrar {
   Registrar() {
@@ -679,5 +746,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("empty_cache", &py_empty_cache);
   m.def("used_devices", &py_used_devices);
   m.def("default_generator", &py_default_generator);
+#if SIM_TORCH_BEFORE(2, 4)
+  // torch < 2.4's autocast keeps a device's state through its module (no torch.get_autocast_dtype(device)).
+  m.def("is_autocast_enabled", [] { return at::autocast::is_privateuseone_enabled(); });
+  m.def("set_autocast_enabled", [](bool enabled) { at::autocast::set_privateuseone_enabled(enabled); });
+  m.def("get_autocast_dtype", [] {
+    return py::reinterpret_borrow<py::object>(
+        reinterpret_cast<PyObject*>(torch::getTHPDtype(at::autocast::get_autocast_privateuseone_dtype())));
+  });
+  m.def("set_autocast_dtype", [](py::object dtype) {
+    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "set_autocast_dtype expects a torch.dtype");
+    at::autocast::set_autocast_privateuseone_dtype(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+  });
+#endif
   m.def("alias_cpu", &alias_cpu, "CPU tensor aliasing the memory of a device tensor (no copy)");
 }
