@@ -106,16 +106,22 @@ def run(args, env=None, timeout=240, cwd=None, check=True):
     """
     proc = subprocess.Popen(args, env=env if env is not None else clean_env(), cwd=cwd or ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, err = proc.communicate()
-        pytest.fail(f"{args} hung for {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
+    out, err = communicate_bounded(proc, timeout, args)
     result = subprocess.CompletedProcess(args, proc.returncode, out, err)
     if check and result.returncode != 0:
         pytest.fail(f"{args} exited {result.returncode}\n--- stdout\n{out}\n--- stderr\n{err}")
     return result
+
+
+def communicate_bounded(proc, timeout, what):
+    """proc.communicate(), bounded: on a hang the whole process group is killed and the test fails
+    showing what the command printed (`proc` started with start_new_session=True)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"{what} hung for {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
 
 
 def kill_group(proc):

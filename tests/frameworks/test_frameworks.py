@@ -34,7 +34,7 @@ import time
 
 import pytest
 
-from conftest import clean_env, free_port, kill_group
+from conftest import clean_env, communicate_bounded, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "scripts")
@@ -90,12 +90,7 @@ class Job:
         start = time.monotonic()
         proc = subprocess.Popen(args, env=self.env(transfer), cwd=self.workdir, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            out, _ = proc.communicate()
-            pytest.fail(f"{' '.join(args)} hung for {TIMEOUT}s\n{out[-6000:]}")
+        out, _ = communicate_bounded(proc, TIMEOUT, " ".join(args))
         self.seconds = time.monotonic() - start
         self.proc = subprocess.CompletedProcess(args, proc.returncode, out, None)
         print(f"{self.target}: rc {proc.returncode} in {self.seconds:.0f}s")

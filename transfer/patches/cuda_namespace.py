@@ -114,11 +114,16 @@ def _keeping_wrapped(name: str, impl: Callable) -> Callable:
     def keeping(*args, **kwargs):
         return impl(*args, **kwargs)
 
-    keeping.__name__ = name
-    keeping.__qualname__ = f"cuda.{name}"
-    keeping.__doc__ = getattr(impl, "__doc__", None)
-    keeping.__wrapped__ = impl
-    return keeping
+    return _layer_over(keeping, name, impl)
+
+
+def _layer_over(layer: Callable, name: str, impl: Any) -> Callable:
+    """`layer` (a function calling `impl`) named torch.cuda.<name>, with impl's doc and __wrapped__."""
+    layer.__name__ = name
+    layer.__qualname__ = f"cuda.{name}"
+    layer.__doc__ = getattr(impl, "__doc__", None)
+    layer.__wrapped__ = impl
+    return layer
 
 
 def _device_position(original: Any) -> Optional[int]:
@@ -163,11 +168,7 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
             kwargs["device"] = translate(kwargs["device"])
         return impl(*args, **kwargs)
 
-    with_device.__name__ = name
-    with_device.__qualname__ = f"cuda.{name}"
-    with_device.__doc__ = getattr(impl, "__doc__", None)
-    with_device.__wrapped__ = impl
-    return with_device
+    return _layer_over(with_device, name, impl)
 
 
 def _negative_selects_nothing(translate: Callable) -> Callable:
