@@ -71,9 +71,20 @@ def find_python(version: str) -> str:
 
 
 def build_wheel(session: nox.Session) -> str:
-    dist = os.path.join(WORK, f"dist-{session.name}")  # per session: .ci/run runs two sessions at once
+    """The wheel, built from this checkout into a folder of the session's own.
+
+    setuptools builds in the source tree (build/), so two sessions building at once (.ci/run
+    prepares compat while tests run) would race and one could pack an empty wheel: a lock
+    serialises the builds.
+    """
+    import fcntl
+
+    dist = os.path.join(WORK, f"dist-{session.name}")
     shutil.rmtree(dist, ignore_errors=True)
-    session.run_install(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
+    os.makedirs(WORK, exist_ok=True)
+    with open(os.path.join(WORK, "build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        session.run_install(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
     (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
     return wheel
 
@@ -102,6 +113,11 @@ def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=
     after = installed_torch(python)
     if before != after:
         session.error(f"installing transfer changed torch from {before} to {after}")
+    probe = ("import os, transfer; assert os.path.exists(os.path.join(os.path.dirname(transfer.__file__), "
+             "'bootstrap', 'sitecustomize.py')), 'no bootstrap'")
+    found = subprocess.run([python, "-c", probe], cwd=WORK, capture_output=True, text=True)
+    if found.returncode != 0:
+        session.error(f"the installed wheel does not provide transfer: {found.stderr.strip()[-300:]}")
     session.log(f"torch {after} left in place by `pip install {os.path.basename(wheel)}`")
     return python
 
