@@ -29,7 +29,7 @@ at::ScalarType compute_type(const Tensor& t) {
 }
 
 // The CPU value of an optional device tensor in `type` (undefined stays undefined).
-Tensor cpu_in(const std::optional<Tensor>& t, at::ScalarType type) {
+Tensor cpu_in(const c10::optional<Tensor>& t, at::ScalarType type) {
   if (!t.has_value() || !t->defined()) {
     return Tensor();
   }
@@ -47,8 +47,8 @@ std::tuple<Tensor, Tensor, Tensor> fused_lstm_cell(
     const Tensor& input_gates,
     const Tensor& hidden_gates,
     const Tensor& cx,
-    const std::optional<Tensor>& input_bias,
-    const std::optional<Tensor>& hidden_bias) {
+    const c10::optional<Tensor>& input_bias,
+    const c10::optional<Tensor>& hidden_bias) {
   const c10::DeviceGuard guard(input_gates.device());
   const auto type = compute_type(input_gates);
   Tensor gates = cpu_in(input_gates, type) + cpu_in(hidden_gates, type);
@@ -69,8 +69,8 @@ std::tuple<Tensor, Tensor, Tensor> fused_lstm_cell(
 }
 
 std::tuple<Tensor, Tensor, Tensor> fused_lstm_cell_backward_impl(
-    const std::optional<Tensor>& grad_hy,
-    const std::optional<Tensor>& grad_cy,
+    const c10::optional<Tensor>& grad_hy,
+    const c10::optional<Tensor>& grad_cy,
     const Tensor& cx,
     const Tensor& cy,
     const Tensor& workspace,
@@ -105,8 +105,8 @@ std::tuple<Tensor, Tensor> fused_gru_cell(
     const Tensor& input_gates,
     const Tensor& hidden_gates,
     const Tensor& hx,
-    const std::optional<Tensor>& input_bias,
-    const std::optional<Tensor>& hidden_bias) {
+    const c10::optional<Tensor>& input_bias,
+    const c10::optional<Tensor>& hidden_bias) {
   const c10::DeviceGuard guard(input_gates.device());
   const auto type = compute_type(input_gates);
   Tensor ig = cpu_in(input_gates, type);
