@@ -30,3 +30,10 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", &sim_accel::has_compatible_shallow_copy_type);
 }
+
+// torch 2.1 (measured on 2.1.2) dispatches this op through the autograd key first and has no
+// fallthrough there for PrivateUse1 ("Could not run ... from the 'Autogradnpu' backend"); the op
+// returns a bool, so the same kernel serves the autograd key, on every torch.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", &sim_accel::has_compatible_shallow_copy_type);
+}
