@@ -18,11 +18,14 @@ PTH = "transfer.pth"
 
 
 class build_py_with_pth(build_py):
-    """build_py that also places transfer/transfer.pth at the root of the build (wheel) tree."""
+    """build_py that also places ./transfer.pth at the root of the build (wheel) tree.
+
+    The file lives beside setup.py, not in the package: inside site-packages/transfer/ it would be
+    inert, so it is build input only, copied to the top of site-packages."""
 
     def run(self):
         super().run()
-        self.copy_file(os.path.join("transfer", PTH), os.path.join(self._root(), PTH), preserve_mode=0)
+        self.copy_file(PTH, os.path.join(self._root(), PTH), preserve_mode=0)
 
     def _root(self):
         if getattr(self, "editable_mode", False):
