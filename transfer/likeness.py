@@ -102,6 +102,7 @@ def _name(obj: Any, path: Tuple[str, str], original: Any, owner: Any, wrapped: b
     if doc is not None:
         obj.__doc__ = doc
     if wrapped and callable(original):
+        # torch 2.14's dynamo reads torch.cuda.use_mem_pool.__wrapped__ at import: every replacement has it.
         obj.__wrapped__ = getattr(original, "__wrapped__", original)
 
 

@@ -67,9 +67,6 @@ def apply(ctx) -> None:
             impl = _unsupported(ctx, name, target_name)
         else:
             continue  # constants such as has_half stay as they are
-        if hasattr(original, "__wrapped__") and not hasattr(impl, "__wrapped__"):
-            impl = _keeping_wrapped(name, impl)  # torch 2.14's dynamo reads torch.cuda.use_mem_pool.__wrapped__
-
         if name == "set_device":
             impl = _noting_selection(ctx, impl)
         if name in ("Event", "Stream") and inspect.isclass(impl):
@@ -100,30 +97,6 @@ def _noting_selection(ctx, set_device: Callable) -> Callable:
     noting.__name__ = "set_device"
     noting.__wrapped__ = set_device
     return noting
-
-
-def _keeping_wrapped(name: str, impl: Callable) -> Callable:
-    """A layer over `impl` that has ``__wrapped__``, as the CUDA original has.
-
-    torch's own code reads ``__wrapped__`` of some torch.cuda functions (the
-    ``contextlib.contextmanager`` and ``deprecated`` ones) as a plain attribute
-    and fails at import when it is missing. The layer is a new function, so the
-    target's own objects are never modified.
-    """
-
-    def keeping(*args, **kwargs):
-        return impl(*args, **kwargs)
-
-    return _layer_over(keeping, name, impl)
-
-
-def _layer_over(layer: Callable, name: str, impl: Any) -> Callable:
-    """`layer` (a function calling `impl`) named torch.cuda.<name>, with impl's doc and __wrapped__."""
-    layer.__name__ = name
-    layer.__qualname__ = f"cuda.{name}"
-    layer.__doc__ = getattr(impl, "__doc__", None)
-    layer.__wrapped__ = impl
-    return layer
 
 
 def _device_position(original: Any) -> Optional[int]:
@@ -168,7 +141,8 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
             kwargs["device"] = translate(kwargs["device"])
         return impl(*args, **kwargs)
 
-    return _layer_over(with_device, name, impl)
+    with_device.__wrapped__ = impl
+    return with_device
 
 
 def _negative_selects_nothing(translate: Callable) -> Callable:
