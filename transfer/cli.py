@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--diff", action="store_true", help="print a unified diff (apply with patch -p1), write nothing")
     where.add_argument("--in-place", action="store_true", help="rewrite the files themselves")
     port.add_argument("--unsafe", action="store_true", help="also make the rewrites that may change behaviour")
+    port.add_argument("--main", "-m", metavar="FILE", help="the entry script: also write run_distributed_<device>.sh "
+                      "that starts it on every device (torchrun, or python for spawn/single-process scripts)")
     docs = sub.add_parser("docs", help="write docs/support-matrix.md from the support table")
     docs.add_argument("--output", "-o")
     docs.add_argument("--check", action="store_true")
@@ -66,9 +68,15 @@ def _port(args) -> int:
     from .migrate import tree
 
     out = None if (args.diff or args.in_place) else (args.out or f"ported-{args.device}")
-    outcome = tree.run(args.paths, args.device, out=out, diff=sys.stdout if args.diff else None,
-                       in_place=args.in_place, unsafe=args.unsafe, errors=sys.stderr)
-    where = "" if args.diff else f"; change list: {out or '.'}/change_list.csv"
+    try:
+        outcome = tree.run(args.paths, args.device, out=out, diff=sys.stdout if args.diff else None,
+                           in_place=args.in_place, unsafe=args.unsafe, errors=sys.stderr, main=args.main)
+    except ValueError as exc:
+        print(f"transfer port: {exc}", file=sys.stderr)
+        return 2
+    where = "" if args.diff else f"; reports: {out or '.'}/change_list.csv, unsupported_api.csv, port.log"
+    if outcome.launcher:
+        where += f"; launch: {outcome.launcher}"
     print(outcome.summary() + where, file=sys.stderr)
     return 1 if outcome.failed else 0
 

@@ -12,7 +12,12 @@ safe (always applied)
   ``f"cuda:{i}"``) where a device is expected (``.to(...)``, ``device=``,
   ``map_location=``, ``torch.device(...)``, autocast's device type);
   ``"nccl"`` as the backend of init_process_group / new_group;
-  ``import <vendor package>`` added once, after ``import torch``.
+  ``import <vendor package>`` added once, after ``import torch``;
+  on a target whose backend needs the device before the process group
+  (`Profile.set_device_before_init`: tccl), a ``set_device(i)`` statement
+  that follows ``init_process_group(...)`` in the same block moves up to just
+  before it, when nothing in between assigns a name it reads and it calls
+  nothing of torch.distributed; any other order is a change-list row.
 unsafe (``--unsafe``)
   ``x.cuda(expr)`` -> ``x.to(f"<dev>:{expr}")`` (assumes an int index);
   device strings and ``"nccl"`` anywhere else (assignments, dict literals);
@@ -37,7 +42,11 @@ from ..profiles import PROFILES
 from . import scan
 
 _BACKEND_CALLS = ("init_process_group", "new_group")
-_DEVICE_CALLS = ("to", "device", "autocast", "GradScaler", "Generator")
+# Calls whose first positional argument is a device ("to", torch.device, torch.cuda.<X>(device), ...).
+_DEVICE_CALLS = ("to", "device", "autocast", "GradScaler", "Generator", "set_device", "synchronize",
+                 "get_device_name", "get_device_properties", "get_device_capability", "memory_allocated",
+                 "max_memory_allocated", "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+                 "current_stream", "default_stream", "mem_get_info")
 _DEVICE_KEYWORDS = ("device", "map_location", "device_type", "output_device")
 
 
@@ -49,6 +58,7 @@ class Change(NamedTuple):
     end_line: int
     operation: str  # INSERT / MODIFY / DELETE / UNSUPPORTED
     message: str
+    api: str = ""  # UNSUPPORTED rows: what is left (unsupported_api.csv's API column); not in change_list.csv
 
 
 def _string(text: str) -> cst.SimpleString:
@@ -89,9 +99,9 @@ class _Porter(cst.CSTTransformer):
         self.unsafe_skipped = 0
 
     # ---------------------------------------------------------------- bookkeeping
-    def note(self, node: cst.CSTNode, operation: str, message: str) -> None:
+    def note(self, node: cst.CSTNode, operation: str, message: str, api: str = "") -> None:
         pos = self.get_metadata(PositionProvider, node)
-        self.changes.append(Change(self.path, pos.start.line, pos.end.line, operation, message))
+        self.changes.append(Change(self.path, pos.start.line, pos.end.line, operation, message, api))
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self.get_metadata(ParentNodeProvider, node, None)
@@ -115,7 +125,7 @@ class _Porter(cst.CSTTransformer):
                     self.torch_names.add("torch")
                 if name == "torch.cuda" or (name or "").startswith("torch.cuda."):
                     self.note(node, "UNSUPPORTED", f"`import {name}`: aliases of torch.cuda are not rewritten; "
-                                                   f"use torch.{self.dev} by hand")
+                                                   f"use torch.{self.dev} by hand", api=f"import {name}")
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = _dotted(node.module) if node.module is not None else None
@@ -126,9 +136,9 @@ class _Porter(cst.CSTTransformer):
         names = [] if isinstance(node.names, cst.ImportStar) else [_dotted(a.name) for a in node.names]
         if module.startswith("torch.cuda") or (module == "torch" and "cuda" in names):
             self.note(node, "UNSUPPORTED", f"`from {module} import ...`: aliases of torch.cuda are not rewritten; "
-                                           f"import from torch.{self.dev} (or torch.amp) by hand")
+                                           f"import from torch.{self.dev} (or torch.amp) by hand", api=f"from {module} import")
         if module.startswith("apex"):
-            self.note(node, "UNSUPPORTED", support.lookup(self.profile.name, "apex").reason)
+            self.note(node, "UNSUPPORTED", support.lookup(self.profile.name, "apex").reason, api="apex")
 
     # ---------------------------------------------------------------- torch.cuda.X
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
@@ -144,7 +154,8 @@ class _Porter(cst.CSTTransformer):
         if verdict.cls == support.TRANSLATED or verdict.to.startswith(f"torch.{self.dev}."):
             self.note(original, "MODIFY", f"torch.cuda.{name} -> torch.{self.dev}.{name}")
             return updated.with_changes(value=updated.value.with_changes(attr=cst.Name(self.dev)))
-        self.note(original, "UNSUPPORTED", f"torch.cuda.{name}: {verdict.cls} on {self.profile.name}: {verdict.reason}")
+        self.note(original, "UNSUPPORTED", f"torch.cuda.{name}: {verdict.cls} on {self.profile.name}: {verdict.reason}",
+                  api=f"torch.cuda.{name}")
         return updated
 
     # ---------------------------------------------------------------- calls
@@ -172,7 +183,8 @@ class _Porter(cst.CSTTransformer):
         arg = positional[0].value if positional else (device_kw[0].value if device_kw else None)
         to = updated.func.with_changes(attr=cst.Name("to"))
         if len(positional) > 1 or any(a.star for a in updated.args):
-            self.note(original, "UNSUPPORTED", ".cuda(...) with these arguments: rewrite as .to(...) by hand")
+            self.note(original, "UNSUPPORTED", ".cuda(...) with these arguments: rewrite as .to(...) by hand",
+                      api="Tensor.cuda")
             return updated
         if arg is None:
             target: cst.BaseExpression = _string(self.dev)
@@ -185,7 +197,8 @@ class _Porter(cst.CSTTransformer):
             return updated.with_changes(func=to, args=[cst.Arg(target), *self._comma_fixed(rest)])
         else:
             self.unsafe_skipped += 1
-            self.note(original, "UNSUPPORTED", ".cuda(<expr>): not rewritten (needs --unsafe: assumes an int index)")
+            self.note(original, "UNSUPPORTED", ".cuda(<expr>): not rewritten (needs --unsafe: assumes an int index)",
+                      api="Tensor.cuda")
             return updated
         self.note(original, "MODIFY", f".cuda(...) -> .to(\"{target.value[1:-1]}\", ...)")
         return updated.with_changes(func=to, args=[cst.Arg(target), *self._comma_fixed(rest)])
@@ -201,6 +214,12 @@ class _Porter(cst.CSTTransformer):
     def _position(self, node: cst.CSTNode) -> str:
         """'device' (a device position), 'backend', 'compare' or 'other'."""
         parent = self.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "format":  # "cuda:{}".format(i)
+            call = self.parent(parent)
+            if isinstance(call, cst.Call) and call.func is parent:
+                return self._position(call)
+        if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Modulo) and parent.left is node:
+            return self._position(parent)  # "cuda:%d" % i
         if isinstance(parent, (cst.Comparison, cst.ComparisonTarget)):
             return "compare"
         if isinstance(parent, cst.Element) and isinstance(self.parent(self.parent(parent)), cst.ComparisonTarget):
@@ -215,7 +234,8 @@ class _Porter(cst.CSTTransformer):
         call = self.parent(parent)
         if not isinstance(call, cst.Call):
             return "other"
-        name = (_dotted(call.func) or "").rsplit(".", 1)[-1]
+        func = call.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
         if parent.keyword is not None:
             if parent.keyword.value in _DEVICE_KEYWORDS:
                 return "device"
@@ -228,11 +248,19 @@ class _Porter(cst.CSTTransformer):
                 return "backend"
         return "other"
 
+    def _template(self, node: cst.SimpleString) -> bool:
+        """`node` is formatted right here: ``"cuda:{}".format(i)`` or ``"cuda:%d" % i``."""
+        parent = self.parent(node)
+        if isinstance(parent, cst.Attribute):
+            return parent.attr.value == "format" and "{" in node.value
+        return isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Modulo) and "%" in node.value
+
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
         value = _string_value(original)
         if value is None:
             return updated
-        if scan.DEVICE_STRING.match(value.strip()) and "{" not in value and "%" not in value:
+        templated = "{" in value or "%" in value
+        if scan.DEVICE_STRING.match(value.strip()) and (not templated or self._template(original)):
             new = self.dev + value.strip()[4:]
             kind = "device"
         elif scan.NCCL_STRING.match(value.strip()) and value.strip().lower() == "nccl":
@@ -246,7 +274,8 @@ class _Porter(cst.CSTTransformer):
         safe = position == kind
         if not safe and not self.unsafe:
             self.unsafe_skipped += 1
-            self.note(original, "UNSUPPORTED", f"{value!r} outside a {kind} argument: not rewritten (--unsafe does)")
+            self.note(original, "UNSUPPORTED", f"{value!r} outside a {kind} argument: not rewritten (--unsafe does)",
+                      api=f"{'device' if kind == 'device' else 'backend'}={value!r}")
             return updated
         quote = original.quote
         prefix = original.prefix
@@ -263,7 +292,8 @@ class _Porter(cst.CSTTransformer):
             return updated
         if position != "device" and not self.unsafe:
             self.unsafe_skipped += 1
-            self.note(original, "UNSUPPORTED", "f\"cuda:{...}\" outside a device argument: not rewritten (--unsafe does)")
+            self.note(original, "UNSUPPORTED", "f\"cuda:{...}\" outside a device argument: not rewritten (--unsafe does)",
+                      api="device=f'cuda:{...}'")
             return updated
         self.note(original, "MODIFY", f"f\"cuda:{{...}}\" -> f\"{self.dev}:{{...}}\"" +
                   ("" if position == "device" else " [unsafe]"))
@@ -285,7 +315,7 @@ class _Porter(cst.CSTTransformer):
         if not self.unsafe:
             self.unsafe_skipped += 1
             self.note(original, "UNSUPPORTED", f"comparison with {value!r}: False on {self.profile.name}; "
-                                               "--unsafe makes it accept both")
+                                               "--unsafe makes it accept both", api=f"compare {value!r}")
             return updated
         operator = cst.In() if isinstance(target.operator, cst.Equal) else cst.NotIn()
         pair = cst.Tuple([cst.Element(target.comparator), cst.Element(_string(new))])
@@ -300,11 +330,50 @@ class _Porter(cst.CSTTransformer):
                 return
             api = "torch.nn.DataParallel" if node.value == "DataParallel" else "torch.utils.cpp_extension.CUDAExtension"
             verdict = support.lookup(self.profile.name, api)
-            if not isinstance(parent, (cst.ImportAlias,)):
-                self.note(node, "UNSUPPORTED", f"{api}: {verdict.cls}: {verdict.reason}")
+            if isinstance(parent, cst.ImportAlias):
+                return
+            if node.value == "DataParallel":  # the shim runs it on one device; vendor code has no scatter/gather
+                self.note(node, "UNSUPPORTED", f"{api}: torch's scatter/gather are CUDA-only C++, so it fails on "
+                          f"{self.dev} devices: use DistributedDataParallel (run_distributed_{self.dev}.sh), or "
+                          f"model.to(\"{self.dev}\") for one device", api=api)
+            else:
+                self.note(node, "UNSUPPORTED", f"{api}: {verdict.cls}: {verdict.reason}", api=api)
+
+    # ---------------------------------------------------------------- set_device before init (tccl)
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated.with_changes(body=self._device_first(original.body, updated.body))
+
+    def _device_first(self, original: Sequence[cst.BaseStatement], body: Sequence[cst.BaseStatement]) -> list:
+        """`body` with a set_device statement moved before the init_process_group one (tccl's order)."""
+        body = list(body)
+        if not self.profile.set_device_before_init or len(original) != len(body):
+            return body
+        init = next((i for i, s in enumerate(original) if _calls(s, "init_process_group")), None)
+        if init is None or any(_set_device(s) is not None for s in original[:init]):
+            return body
+        later = next((j for j in range(init + 1, len(original)) if _set_device(original[j]) is not None), None)
+        if later is None:
+            return body  # the device is set elsewhere (a caller, a helper): nothing to see here
+        call = _set_device(original[later])
+        read = {n.value for n in _names(call)}
+        assigned = set().union(*(_assigned(s) for s in original[init:later]))
+        if read & assigned or any(_dotted(c.func) and ("distributed" in _dotted(c.func) or "get_rank" in _dotted(c.func)
+                                                         or _dotted(c.func).startswith("dist."))
+                                  for c in _calls_in(call.args)):
+            self.note(original[later], "UNSUPPORTED", f"{self.profile.backend} needs the device set before "
+                      f"init_process_group: call torch.{self.dev}.set_device(local_rank) before it",
+                      api="torch.distributed.init_process_group")
+            return body
+        self.note(original[later], "MODIFY", f"torch.{self.dev}.set_device moved before init_process_group "
+                  f"({self.profile.backend} needs the device set first)")
+        moved = body.pop(later)
+        body.insert(init, moved.with_changes(leading_lines=body[init].leading_lines))
+        body[init + 1] = body[init + 1].with_changes(leading_lines=())
+        return body
 
     # ---------------------------------------------------------------- vendor import
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        updated = updated.with_changes(body=self._device_first(original.body, updated.body))
         if self.has_vendor_import or not self.profile.package or \
                 not any(c.operation == "MODIFY" for c in self.changes):
             return updated
@@ -322,6 +391,78 @@ class _Porter(cst.CSTTransformer):
         body.insert(at, line)
         self.changes.append(Change(self.path, 0, 0, "INSERT", f"import {self.profile.package}"))
         return updated.with_changes(body=body)
+
+
+def _calls_in(node: cst.CSTNode) -> List[cst.Call]:
+    found: List[cst.Call] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    if isinstance(node, (list, tuple)):
+        for item in node:
+            item.visit(Collect())
+    else:
+        node.visit(Collect())
+    return found
+
+
+def _calls(statement: cst.CSTNode, name: str) -> bool:
+    """The statement calls something named `name` (dotted or bare)."""
+    return any((_dotted(c.func) or "").rsplit(".", 1)[-1] == name for c in _calls_in(statement))
+
+
+def _set_device(statement: cst.CSTNode) -> Optional[cst.Call]:
+    """The call of a statement that is exactly ``torch.cuda.set_device(...)`` (or torch.<dev>.)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    expr = statement.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return None
+    parts = (_dotted(expr.value.func) or "").split(".")
+    return expr.value if len(parts) == 3 and parts[2] == "set_device" and parts[0] == "torch" else None
+
+
+def _names(node: cst.CSTNode) -> List[cst.Name]:
+    found: List[cst.Name] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+    node.visit(Collect())
+    return found
+
+
+def _assigned(statement: cst.CSTNode) -> Set[str]:
+    """Names a statement may bind (assignment targets, for/with/import names, walrus): over-approximated."""
+    bound: Set[str] = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            bound.update(n.value for n in _names(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            bound.update(n.value for n in _names(node.target))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            bound.update(n.value for n in _names(node.target))
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            bound.update(n.value for n in _names(node.target))
+
+        def visit_AsName(self, node: cst.AsName) -> None:
+            bound.update(n.value for n in _names(node.name))
+
+        def visit_For(self, node: cst.For) -> None:
+            bound.update(n.value for n in _names(node.target))
+
+        def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+            bound.add((_dotted(node.name) or "").split(".")[0])
+
+    statement.visit(Collect())
+    return bound
 
 
 def _imports_torch(statement: cst.CSTNode) -> bool:

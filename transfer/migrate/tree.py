@@ -2,9 +2,19 @@
 
 Modes: out of tree (`out`, the default: ``<out>/<path relative to its SRC
 root>``), `diff` (a unified diff on stdout, ``a/`` and ``b/`` prefixed, for
-``patch -p1``), `in_place`. change_list.csv (File, Start Line, End Line,
-Operation, Message) goes to `out` (in place: the current directory).
-Unparsable files are reported and skipped (copied unchanged out of tree).
+``patch -p1``), `in_place`. Unparsable files are reported and skipped (copied
+unchanged out of tree).
+
+Besides the sources, out of tree and in place write the report msFmkTransplt
+users know, to `out` (in place: the current directory):
+
+* ``change_list.csv``: File, Start Line, End Line, Operation, Message; one row
+  per rewrite (INSERT / MODIFY) and per use left for a person (UNSUPPORTED);
+* ``unsupported_api.csv``: File, Start Line, End Line, API, Message; every use
+  the ported code still leaves for a person: the change list's UNSUPPORTED
+  rows, and any use the support table classes unsupported on the target;
+* ``port.log``: the per-file warnings and the closing summary;
+* with `main` (the entry script), ``run_distributed_<device>.sh`` (`launch`).
 """
 
 from __future__ import annotations
@@ -15,9 +25,11 @@ import os
 import shutil
 from typing import List, NamedTuple, Optional, TextIO
 
-from . import port, source
+from .. import support
+from . import launch, port, scan, source
 
 CHANGE_COLUMNS = ["File", "Start Line", "End Line", "Operation", "Message"]
+UNSUPPORTED_COLUMNS = ["File", "Start Line", "End Line", "API", "Message"]
 
 
 class Outcome(NamedTuple):
@@ -26,22 +38,39 @@ class Outcome(NamedTuple):
     failed: List[str]
     changes: List[port.Change]
     unsafe_skipped: int
+    unsupported: List[list]  # rows of unsupported_api.csv
+    launcher: Optional[str]  # the launch script written, if any
 
     def summary(self) -> str:
         text = (f"Transformed {len(self.transformed)} / Skipped {len(self.skipped)} / "
                 f"Failed {len(self.failed)} file(s); {sum(c.operation != 'UNSUPPORTED' for c in self.changes)} "
-                f"change(s), {sum(c.operation == 'UNSUPPORTED' for c in self.changes)} left for a person")
+                f"change(s), {len(self.unsupported)} left for a person")
         if self.unsafe_skipped:
             text += f"; {self.unsafe_skipped} more with --unsafe"
         return text
 
 
 def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optional[TextIO] = None,
-        in_place: bool = False, unsafe: bool = False, errors: Optional[TextIO] = None) -> Outcome:
-    """Port every Python file under `paths`; exactly one of out / diff / in_place."""
-    transformed, skipped, failed, changes = [], [], [], []
+        in_place: bool = False, unsafe: bool = False, errors: Optional[TextIO] = None,
+        main: Optional[str] = None) -> Outcome:
+    """Port every Python file under `paths`; exactly one of out / diff / in_place.
+
+    `main`, one of those files, is the entry script the launch script starts
+    (not with `diff`, which writes nothing). Raises FileNotFoundError for a
+    path that does not exist and ValueError for a `main` that is not ported.
+    """
+    files = list(source.python_files(paths))
+    entry = None
+    if main is not None:
+        if diff is not None:
+            raise ValueError("--main writes a launch script; --diff writes nothing: drop one of them")
+        entry = next(((root, path) for root, path in files if os.path.abspath(path) == os.path.abspath(main)), None)
+        if entry is None:
+            raise ValueError(f"--main {main}: not among the files being ported; give a .py file under SRC")
+    transformed, skipped, failed, changes, unsupported = [], [], [], [], []
     unsafe_skipped = 0
-    for root, path in source.python_files(paths):
+    log: List[str] = []
+    for root, path in files:
         rel = os.path.relpath(path, root)
         destination = os.path.join(out, rel) if out else None
         try:
@@ -49,12 +78,20 @@ def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optiona
             result = port.port_source(text, profile, path, unsafe)
         except (SyntaxError, UnicodeDecodeError, ValueError, port.cst.ParserSyntaxError) as exc:
             failed.append(path)
+            log.append(f"{path}: skipped, could not be parsed: {str(exc).splitlines()[0]}")
             if errors is not None:
-                errors.write(f"{path}: skipped, could not be parsed: {str(exc).splitlines()[0]}\n")
+                errors.write(log[-1] + "\n")
             if destination:
                 _copy(path, destination)
             continue
         changes.extend(result.changes)
+        left = [[c.file, c.start_line, c.end_line, c.api, c.message] for c in result.changes
+                if c.operation == "UNSUPPORTED"]
+        for finding in scan.scan_source(text, path):  # what the table says no target can do, if the port missed it
+            verdict = support.lookup(profile, finding.api)
+            if verdict.cls == support.UNSUPPORTED and not any(r[1] == finding.line for r in left):
+                left.append([path, finding.line, finding.end_line, finding.api, verdict.reason])
+        unsupported.extend(sorted(left, key=lambda r: r[1]))
         unsafe_skipped += result.unsafe_skipped
         changed = result.text != text
         (transformed if changed else skipped).append(path)
@@ -68,19 +105,30 @@ def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optiona
                 _write(path, result.text, encoding)
         elif destination:
             _write(destination, result.text, encoding)
-    outcome = Outcome(transformed, skipped, failed, changes, unsafe_skipped)
+    launcher = None
+    if entry is not None:
+        root, path = entry
+        folder = out or os.getcwd()
+        launcher = os.path.join(folder, launch.script_name(profile))
+        main_rel = os.path.relpath(os.path.join(out, os.path.relpath(path, root)) if out else path, folder)
+        text, _ = source.read(os.path.join(out, os.path.relpath(path, root)) if out else path)
+        _write(launcher, launch.render(profile, main_rel.replace(os.sep, "/"), text), "utf-8")
+        os.chmod(launcher, 0o755)
+    outcome = Outcome(transformed, skipped, failed, changes, unsafe_skipped, unsupported, launcher)
     if diff is None:
-        write_change_list(os.path.join(out or os.getcwd(), "change_list.csv"), changes)
+        folder = out or os.getcwd()
+        write_csv(os.path.join(folder, "change_list.csv"), CHANGE_COLUMNS, [list(c)[:5] for c in changes])
+        write_csv(os.path.join(folder, "unsupported_api.csv"), UNSUPPORTED_COLUMNS, unsupported)
+        _write(os.path.join(folder, "port.log"), "\n".join(log + [outcome.summary()]) + "\n", "utf-8")
     return outcome
 
 
-def write_change_list(path: str, changes: List[port.Change]) -> None:
+def write_csv(path: str, columns: List[str], rows: List[list]) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(CHANGE_COLUMNS)
-        for change in changes:
-            writer.writerow(list(change))
+        writer.writerow(columns)
+        writer.writerows(rows)
 
 
 def _write(path: str, text: str, encoding: str) -> None:
