@@ -147,43 +147,126 @@ def _site(tmp_path, profile):
     return str(site)
 
 
-def _run(script, args, env, cwd):
-    return subprocess.Popen([sys.executable, script, *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+RANKS = r"rank \d: parameters \w+ on \S+"
+# (profile, script, port options, launch: how the CUDA original is started, its arguments, what must match)
+NATIVE_CASES = {
+    "train_cuda": ("gcu", os.path.join(EXAMPLES, "train_cuda.py"), [], "python",
+                   ["--epochs", "1", "--workdir", "{work}"], r"epoch 0: loss [0-9.]+"),
+    "spawn_ddp": ("sdaa", os.path.join(EXAMPLES, "spawn_ddp.py"), ["--unsafe"], "python",
+                  ["--workdir", "{work}", "--port", "{port}"], RANKS + r"|final losses: .*"),
+    "ddp_syncbn": ("npu", os.path.join(EXAMPLES, "ddp_syncbn.py"), [], "torchrun",
+                   ["--out", "{work}/final.pt"], RANKS + r"|step \d+: mean loss \S+"),
+    "seed002_mmengine_like": ("gcu", os.path.join(SCRIPTS, "mmengine_like.py"), ["--unsafe"], "torchrun",
+                              ["--work-dir", "{work}"], RANKS + r"|Iter \[\d+/\d+\] loss: \S+"),
+    "seed003_mnist_ddp": ("sdaa", os.path.join(SCRIPTS, "seed003_mnist_ddp.py"), [], "torchrun",
+                          ["--log-dir", "{work}"], RANKS + r"|\[epoch \d+\] loss: \S+ accuracy: \S+"),
+}
 
 
-NATIVE_CHECK = ("import runpy, sys; sys.argv = sys.argv[1:]; "
-                "runpy.run_path(sys.argv[0], run_name='__main__'); "
-                "assert 'transfer.patches' not in sys.modules, 'transfer was active'")
-
-
-@pytest.mark.parametrize("profile,script,args,pattern", [
-    ("gcu", os.path.join(EXAMPLES, "train_cuda.py"), ["--epochs", "1"], r"epoch 0: loss [0-9.]+"),
-    ("sdaa", os.path.join(SCRIPTS, "seed000_sdaa_syncbn_demo.py"), [], r"rank \d: parameters \w+"),
-])
-def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, profile, script, args, pattern):
+@pytest.mark.parametrize("case", list(NATIVE_CASES))
+def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, case):
+    """The ported copy, started by the launch script port wrote, runs on the stand-in without transfer
+    and prints what the CUDA original prints under transfer: losses, and every rank's parameter digest."""
+    profile, script, options, launch, args, pattern = NATIVE_CASES[case]
     out = tmp_path / "ported"
-    cli("port", script, "--device", profile, "--out", str(out))
-    ported = out / os.path.basename(script)
+    cli("port", script, "--device", profile, "--out", str(out), "--main", script, *options)
+    launcher = out / f"run_distributed_{profile}.sh"
     site = _site(tmp_path, profile)
-    native_env = clean_env(PYTHONPATH=site, TRANSFER_QUIET="1", MASTER_PORT=free_port())
-    native_env.pop("TRANSFER_DEVICE", None)
-    shim_env = clean_env(PYTHONPATH=os.pathsep.join([site] + ([] if INSTALLED else [ROOT])),
-                         TRANSFER_DEVICE=profile, TRANSFER_QUIET="1", MASTER_PORT=free_port())
-    (tmp_path / "n").mkdir()
-    (tmp_path / "s").mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", NATIVE_CHECK, str(ported), *args, "--workdir", str(tmp_path / "n")]
-                              if args else [sys.executable, "-c", NATIVE_CHECK, str(ported)],
-                              env=native_env, cwd=tmp_path / "n", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True),
-             _run(script, args + (["--workdir", str(tmp_path / "s")] if args else []), shim_env, tmp_path / "s")]
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    for proc, output in zip(procs, outputs):
-        assert proc.returncode == 0, output
-    native, shimmed = (sorted(re.findall(pattern, o)) for o in outputs)
-    if profile == "sdaa":  # seed 000 is unseeded: each run's ranks agree (DDP), runs differ
-        assert len(native) == len(shimmed) == 4 and len({l.split()[-1] for l in native}) == 1, outputs
-        assert len({l.split()[-1] for l in shimmed}) == 1, outputs
-        assert ported.read_text() == open(script, encoding="utf-8").read()  # sdaa-native already: nothing to port
-    else:
-        assert native and native == shimmed, outputs
+    runs = {}
+    for kind in ("native", "shim"):
+        work = tmp_path / kind
+        work.mkdir()
+        port = free_port()
+        argv = [a.format(work=work, port=port) for a in args]
+        if kind == "native":  # no TRANSFER_* at all, and no banner below: transfer stays out of it
+            env = clean_env(PYTHONPATH=site, PYTHON=sys.executable, NPROC="2", MASTER_PORT=port,
+                            SIM_ACCEL_DEVICE_COUNT="2")
+            command = ["sh", str(launcher), *argv]
+        else:
+            env = clean_env(PYTHONPATH=os.pathsep.join([site] + ([] if INSTALLED else [ROOT])),
+                            TRANSFER_DEVICE=profile, SIM_ACCEL_DEVICE_COUNT="2")
+            command = [sys.executable, script, *argv] if launch == "python" else \
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+                 script, *argv]
+        runs[kind] = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)
+    outputs = {kind: proc.communicate(timeout=600)[0] for kind, proc in runs.items()}
+    for kind, proc in runs.items():
+        assert proc.returncode == 0, (kind, outputs[kind])
+    assert "transfer: CUDA calls run on" in outputs["shim"] and "transfer:" not in outputs["native"]
+    native, shimmed = (sorted(re.findall(pattern, outputs[k])) for k in ("native", "shim"))
+    assert native and native == shimmed, outputs
+    if launch == "torchrun" or "spawn" in case:
+        ranks = re.findall(RANKS, outputs["native"])
+        assert sorted(r.split()[-1] for r in ranks) == [f"{profile}:0", f"{profile}:1"], outputs["native"]
+        assert len({r.split()[3] for r in ranks}) == 1  # every rank finished with the same weights
+    with open(out / "unsupported_api.csv") as fh:
+        assert list(csv.reader(fh))[1:] == []  # nothing was left for a person in these scripts
+    again = cli("port", str(out), "--device", profile, "--in-place", *options, cwd=tmp_path)
+    assert "Transformed 0 / Skipped 1 / Failed 0" in again.stderr, again.stderr  # a second run is a no-op
+
+
+def test_port_reports_dataparallel_as_the_line_that_fails_natively(tmp_path):
+    """What port leaves for a person is what breaks without transfer: nn.DataParallel scatters with
+    CUDA-only C++. The shim runs the original on one device; the ported copy fails at that module."""
+    script = os.path.join(EXAMPLES, "data_parallel.py")
+    out = tmp_path / "ported"
+    result = cli("port", script, "--device", "npu", "--out", str(out))
+    assert "1 left for a person" in result.stderr, result.stderr
+    with open(out / "unsupported_api.csv") as fh:
+        rows = list(csv.reader(fh))
+    line = next(i for i, text in enumerate(open(script), 1) if "nn.DataParallel(" in text)
+    assert rows[1:] == [[script, str(line), str(line), "torch.nn.DataParallel", rows[1][4]]]
+    assert "DistributedDataParallel" in rows[1][4]
+    site = _site(tmp_path, "npu")
+    native = subprocess.run([sys.executable, str(out / "data_parallel.py"), "--workdir", str(tmp_path / "n")],
+                            env=clean_env(PYTHONPATH=site, SIM_ACCEL_DEVICE_COUNT="2"), capture_output=True,
+                            text=True, timeout=300)
+    assert native.returncode != 0 and "scatter" in native.stderr, native.stderr
+    shim = subprocess.run([sys.executable, script, "--workdir", str(tmp_path / "s")], capture_output=True, text=True,
+                          env=clean_env(PYTHONPATH=os.pathsep.join([site] + ([] if INSTALLED else [ROOT])),
+                                        TRANSFER_DEVICE="npu", TRANSFER_QUIET="1", SIM_ACCEL_DEVICE_COUNT="2"),
+                          timeout=300)
+    assert shim.returncode == 0 and re.search(r"parameters \w+ on npu:0", shim.stdout), shim.stdout + shim.stderr
+
+
+def test_port_of_seed000_is_a_noop_it_is_sdaa_native_already(tmp_path):
+    script = os.path.join(SCRIPTS, "seed000_sdaa_syncbn_demo.py")
+    result = cli("port", script, "--device", "sdaa", "--out", str(tmp_path / "out"))
+    assert "Transformed 0 / Skipped 1 / Failed 0" in result.stderr, result.stderr
+    assert (tmp_path / "out" / os.path.basename(script)).read_text() == open(script, encoding="utf-8").read()
+
+
+def test_launch_script_modes_and_carried_settings(tmp_path):
+    from transfer.migrate import launch
+
+    assert launch.mode(open(os.path.join(EXAMPLES, "spawn_ddp.py")).read()) == launch.SPAWN
+    assert launch.mode(open(os.path.join(EXAMPLES, "ddp_syncbn.py")).read()) == launch.TORCHRUN
+    assert launch.mode(open(os.path.join(EXAMPLES, "train_cuda.py")).read()) == launch.SINGLE
+    text = launch.render("npu", "train.py", "import torch.distributed as d\nd.init_process_group('hccl')\n")
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    fake = tmp_path / "python"  # stands for the interpreter: prints what it was started with
+    fake.write_text('#!/bin/sh\necho "argv: $*"\necho "visible=$ASCEND_RT_VISIBLE_DEVICES buff=$HCCL_BUFFSIZE '
+                    'ifname=$HCCL_SOCKET_IFNAME"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), NPROC="3", CUDA_VISIBLE_DEVICES="2,3,5", NCCL_BUFFSIZE="4194304",
+               NCCL_SOCKET_IFNAME="eth1")
+    env.pop("ASCEND_RT_VISIBLE_DEVICES", None)
+    ran = subprocess.run(["sh", str(script), "--lr", "0.1"], env=env, capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0, ran.stderr
+    assert f"--nproc_per_node=3 --nnodes=1 --node_rank=0 --master_addr=127.0.0.1 --master_port=29500 " \
+           f"{tmp_path}/train.py --lr 0.1" in ran.stdout
+    assert "visible=2,3,5 buff=4 ifname=eth1" in ran.stdout  # bytes -> MB, as HCCL_BUFFSIZE counts
+    env["ASCEND_RT_VISIBLE_DEVICES"] = "0"  # the vendor's own setting wins
+    assert "visible=0 " in subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True).stdout
+    assert "transfer" not in text.split("\n", 2)[2]  # beyond the header, the launcher never mentions transfer
+
+
+def test_port_main_must_be_ported_and_not_with_diff(tmp_path):
+    outside = cli("port", os.path.join(EXAMPLES, "train_cuda.py"), "--device", "npu", "--main",
+                  os.path.join(SCRIPTS, "mmengine_like.py"), "--out", str(tmp_path / "o"), check=False)
+    assert outside.returncode == 2 and "not among the files being ported" in outside.stderr
+    with_diff = cli("port", EXAMPLES, "--device", "npu", "--diff", "--main", os.path.join(EXAMPLES, "train_cuda.py"),
+                    check=False)
+    assert with_diff.returncode == 2 and "--diff writes nothing" in with_diff.stderr

@@ -87,9 +87,10 @@ def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optiona
         changes.extend(result.changes)
         left = [[c.file, c.start_line, c.end_line, c.api, c.message] for c in result.changes
                 if c.operation == "UNSUPPORTED"]
+        touched = {c.start_line for c in result.changes}
         for finding in scan.scan_source(text, path):  # what the table says no target can do, if the port missed it
             verdict = support.lookup(profile, finding.api)
-            if verdict.cls == support.UNSUPPORTED and not any(r[1] == finding.line for r in left):
+            if verdict.cls == support.UNSUPPORTED and finding.line not in touched:
                 left.append([path, finding.line, finding.end_line, finding.api, verdict.reason])
         unsupported.extend(sorted(left, key=lambda r: r[1]))
         unsafe_skipped += result.unsafe_skipped
