@@ -119,3 +119,38 @@ def test_every_row_has_a_class_and_reason_per_profile():
             assert entry.reason or entry.to, (api, profile)
     with pytest.raises(KeyError, match="not in the support table"):
         support.lookup("npu", "Tensor.frobnicate")
+
+
+_STANDIN_NAMES = r"""
+import importlib, json, sys, torch
+package = importlib.import_module(sys.argv[1])
+module = getattr(torch, package.SPEC.name)
+spec = package.SPEC
+print(json.dumps({"names": sorted(n for n in dir(module) if not n.startswith("__")),
+                  "backend": spec.backend, "visible": spec.visible_devices_env,
+                  "set_device_first": spec.requires_set_device, "one_per_device": spec.one_process_per_device}))
+"""
+
+
+@pytest.mark.parametrize("profile", [p for p in PROFILES if not PROFILES[p].is_cpu])
+def test_vendor_columns_match_the_stand_in(profile):
+    """The table's vendor column is what the stand-in's torch.<device> has (the stand-ins mirror the
+    vendors' published modules), and the profile's backend quirks are the stand-in's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import VENDORS, clean_env
+
+    p = PROFILES[profile]
+    proc = subprocess.run([sys.executable, "-c", _STANDIN_NAMES, p.package], env=clean_env(PYTHONPATH=VENDORS),
+                          capture_output=True, text=True, timeout=900, cwd=os.path.dirname(VENDORS))
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    has = {n for n in support.CUDA_NAMES if n in found["names"]}
+    assert has == set(support.VENDOR_API[profile]), (
+        f"in the table only: {sorted(set(support.VENDOR_API[profile]) - has)}; "
+        f"on the stand-in only: {sorted(has - set(support.VENDOR_API[profile]))}")
+    assert (found["backend"], found["visible"]) == (p.backend, p.visible_devices_env)
+    assert (found["set_device_first"], found["one_per_device"]) == (p.set_device_before_init, p.one_process_per_device)
