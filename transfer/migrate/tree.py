@@ -9,7 +9,9 @@ Besides the sources, out of tree and in place write the report msFmkTransplt
 users know, to `out` (in place: the current directory):
 
 * ``change_list.csv``: File, Start Line, End Line, Operation, Message; one row
-  per rewrite (INSERT / MODIFY) and per use left for a person (UNSUPPORTED);
+  per rewrite (INSERT / MODIFY) and per use left for a person (UNSUPPORTED).
+  Lines are the original file's, but for the INSERT of the vendor import,
+  whose line is the one it has in the ported file;
 * ``unsupported_api.csv``: File, Start Line, End Line, API, Message; every use
   the ported code still leaves for a person: the change list's UNSUPPORTED
   rows, and any use the support table classes unsupported on the target;
