@@ -147,19 +147,19 @@ def _site(tmp_path, profile):
     return str(site)
 
 
-RANKS = r"rank \d: parameters \w+ on \S+"
+RANKS = r"rank \d: parameters \w+ on \w+:\d"  # exact: ranks share one pipe, lines may interleave
 # (profile, script, port options, launch: how the CUDA original is started, its arguments, what must match)
 NATIVE_CASES = {
     "train_cuda": ("gcu", os.path.join(EXAMPLES, "train_cuda.py"), [], "python",
                    ["--epochs", "1", "--workdir", "{work}"], r"epoch 0: loss [0-9.]+"),
     "spawn_ddp": ("sdaa", os.path.join(EXAMPLES, "spawn_ddp.py"), ["--unsafe"], "python",
-                  ["--workdir", "{work}", "--port", "{port}"], RANKS + r"|final losses: .*"),
+                  ["--workdir", "{work}", "--port", "{port}"], RANKS + r"|final losses: \[[^\]]*\]"),
     "ddp_syncbn": ("npu", os.path.join(EXAMPLES, "ddp_syncbn.py"), [], "torchrun",
-                   ["--out", "{work}/final.pt"], RANKS + r"|step \d+: mean loss \S+"),
+                   ["--out", "{work}/final.pt"], RANKS + r"|step \d+: mean loss [0-9.]+\d"),
     "seed002_mmengine_like": ("gcu", os.path.join(SCRIPTS, "mmengine_like.py"), ["--unsafe"], "torchrun",
-                              ["--work-dir", "{work}"], RANKS + r"|Iter \[\d+/\d+\] loss: \S+"),
+                              ["--work-dir", "{work}"], RANKS + r"|Iter \[\d+/\d+\] loss: [0-9.]+\d"),
     "seed003_mnist_ddp": ("sdaa", os.path.join(SCRIPTS, "seed003_mnist_ddp.py"), [], "torchrun",
-                          ["--log-dir", "{work}"], RANKS + r"|\[epoch \d+\] loss: \S+ accuracy: \S+"),
+                          ["--log-dir", "{work}"], RANKS + r"|\[epoch \d+\] loss: [0-9.]+ accuracy: [0-9.]+\d"),
 }
 
 

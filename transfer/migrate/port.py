@@ -355,11 +355,11 @@ class _Porter(cst.CSTTransformer):
         if later is None:
             return body  # the device is set elsewhere (a caller, a helper): nothing to see here
         call = _set_device(original[later])
-        read = {n.value for n in _names(call)}
+        read = {n.value for n in _all(cst.Name, call)}
         assigned = set().union(*(_assigned(s) for s in original[init:later]))
         if read & assigned or any(_dotted(c.func) and ("distributed" in _dotted(c.func) or "get_rank" in _dotted(c.func)
                                                          or _dotted(c.func).startswith("dist."))
-                                  for c in _calls_in(call.args)):
+                                  for c in _all(cst.Call, call.args)):
             self.note(original[later], "UNSUPPORTED", f"{self.profile.backend} needs the device set before "
                       f"init_process_group: call torch.{self.dev}.set_device(local_rank) before it",
                       api="torch.distributed.init_process_group")
@@ -393,24 +393,24 @@ class _Porter(cst.CSTTransformer):
         return updated.with_changes(body=body)
 
 
-def _calls_in(node: cst.CSTNode) -> List[cst.Call]:
-    found: List[cst.Call] = []
+def _all(kind, node) -> list:
+    """Every node of type `kind` in `node` (a node or a sequence of nodes), itself included."""
+    found: list = []
 
     class Collect(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
+        def on_visit(self, visited: cst.CSTNode) -> bool:
+            if isinstance(visited, kind):
+                found.append(visited)
+            return True
 
-    if isinstance(node, (list, tuple)):
-        for item in node:
-            item.visit(Collect())
-    else:
-        node.visit(Collect())
+    for item in node if isinstance(node, (list, tuple)) else (node,):
+        item.visit(Collect())
     return found
 
 
 def _calls(statement: cst.CSTNode, name: str) -> bool:
     """The statement calls something named `name` (dotted or bare)."""
-    return any((_dotted(c.func) or "").rsplit(".", 1)[-1] == name for c in _calls_in(statement))
+    return any((_dotted(c.func) or "").rsplit(".", 1)[-1] == name for c in _all(cst.Call, statement))
 
 
 def _set_device(statement: cst.CSTNode) -> Optional[cst.Call]:
@@ -424,44 +424,13 @@ def _set_device(statement: cst.CSTNode) -> Optional[cst.Call]:
     return expr.value if len(parts) == 3 and parts[2] == "set_device" and parts[0] == "torch" else None
 
 
-def _names(node: cst.CSTNode) -> List[cst.Name]:
-    found: List[cst.Name] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name)
-
-    node.visit(Collect())
-    return found
-
-
 def _assigned(statement: cst.CSTNode) -> Set[str]:
     """Names a statement may bind (assignment targets, for/with/import names, walrus): over-approximated."""
-    bound: Set[str] = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            bound.update(n.value for n in _names(node.target))
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            bound.update(n.value for n in _names(node.target))
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            bound.update(n.value for n in _names(node.target))
-
-        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-            bound.update(n.value for n in _names(node.target))
-
-        def visit_AsName(self, node: cst.AsName) -> None:
-            bound.update(n.value for n in _names(node.name))
-
-        def visit_For(self, node: cst.For) -> None:
-            bound.update(n.value for n in _names(node.target))
-
-        def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
-            bound.add((_dotted(node.name) or "").split(".")[0])
-
-    statement.visit(Collect())
+    bound = {n.value for target in _all((cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For),
+                                        statement)
+             for n in _all(cst.Name, target.target)}
+    bound.update(n.value for alias in _all(cst.AsName, statement) for n in _all(cst.Name, alias.name))
+    bound.update((_dotted(a.name) or "").split(".")[0] for a in _all(cst.ImportAlias, statement))
     return bound
 
 
