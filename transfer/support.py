@@ -211,9 +211,13 @@ OTHER_APIS: Tuple[_Row, ...] = (
      "CUDA C++ kernels do not run on {vendor}; port them to the vendor's kernel language and build system", {}),
     ("apex", UNSUPPORTED, "",
      "apex's fused kernels (amp_C, FusedAdam, ...) are CUDA C++; use torch.amp and torch.optim (fused/foreach)", {}),
-    ("torch.jit.script", TRANSLATED, "unchanged", "transfer leaves TorchScript alone",
-     {"npu": (UNSUPPORTED, "", "torch_npu does not run TorchScript on npu (transfer_to_npu disables "
-                              "torch.jit.script); remove it or trace with torch.compile")}),
+    ("torch.jit.script", TRANSLATED, "torch.jit.script on {dev}",
+     "the graphs' 'cuda' constants name the target (patches/torchscript.py); not rewritten: x.cuda() inside TorchScript "
+     "and CUDA models loaded with torch.jit.load",
+     {"npu": (TRANSLATED, "torch.jit.script on npu",
+              "scripted code runs on npu where torch_npu runs its ops; torch_npu's own transfer_to_npu turns "
+              "torch.jit.script into a no-op instead, so scripted code on a real npu is not vendor-tested: "
+              "if an op fails there, drop @torch.jit.script")}),
     ("torch.version.cuda", TRANSLATED, "unchanged", "stays None on a CPU build / the vendor build: not patched", {}),
 )
 
