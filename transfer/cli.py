@@ -23,7 +23,17 @@ def _parser() -> argparse.ArgumentParser:
     scan.add_argument("--device", "-d", choices=list(PROFILES), help="one target (default: every target side by side)")
     scan.add_argument("--format", "-f", choices=("text", "json", "csv"), default="text")
     scan.add_argument("--strict", action="store_true", help="exit 1 when anything is unsupported")
-    port = sub.add_parser("port", help="rewrite CUDA spellings to the vendor's own (libcst codemod)")
+    port = sub.add_parser(
+        "port", help="rewrite CUDA spellings to the vendor's own (libcst codemod)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="safe (always): torch.cuda.X -> torch.<dev>.X where the vendor has X; torch.cuda.amp autocast/GradScaler\n"
+               "  -> torch.autocast/torch.amp.GradScaler(\"<dev>\"); .cuda() / .cuda(N) -> .to(\"<dev>[:N]\"); .is_cuda;\n"
+               "  device strings where a device is expected; backend \"nccl\"; the vendor import; set_device before\n"
+               "  init_process_group where the backend needs it (tccl).\n"
+               "unsafe (--unsafe): .cuda(expr) -> .to(f\"<dev>:{expr}\"); device/backend strings anywhere;\n"
+               "  == \"cuda\" / == \"nccl\" -> in (\"cuda\", \"<dev>\").\n"
+               "writes (not with --diff): change_list.csv, unsupported_api.csv (left for a person), port.log,\n"
+               "  and with --main run_distributed_<device>.sh; exit 1 when a file failed to parse, 2 on bad usage.")
     port.add_argument("paths", nargs="+", metavar="SRC", help="Python files or directories")
     port.add_argument("--device", "-d", required=True, choices=[p for p in PROFILES if not PROFILES[p].is_cpu])
     where = port.add_mutually_exclusive_group()
