@@ -91,11 +91,12 @@ class CallLog:
         self._lock = threading.Lock()
         self._file = None  # opened on the first record, so a process logging nothing writes nothing
 
-    def add(self, api: str, frame, args: tuple, kwargs: dict, cls: str, became: str) -> None:
+    def add(self, api: str, frame, args: Optional[tuple], kwargs: dict, cls: str, became: str) -> None:
+        """Record `api` called at `frame` (args None: an attribute read, shown without parentheses)."""
         filename, line = frame.f_code.co_filename, frame.f_lineno
         record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rank": int(self.rank) if self.rank.isdigit() else self.rank,
                   "site": f"{filename}:{line}", "source": linecache.getline(filename, line).strip(),
-                  "class": cls, "call": f"{api}({_args(args, kwargs)})", "became": became}
+                  "class": cls, "call": api if args is None else f"{api}({_args(args, kwargs)})", "became": became}
         with self._lock:
             if (api, filename, line) in self._sites:
                 return
@@ -326,7 +327,15 @@ def _bind(fn: Callable, args: tuple, kwargs: dict) -> Optional[Dict[str, Any]]:
     return named
 
 
-def _changes(fn: Callable, args: tuple, kwargs: dict, passed: list) -> List[str]:
+def _default(fn: Callable, key: str) -> Any:
+    try:
+        default = inspect.signature(fn).parameters[key].default
+    except (TypeError, ValueError, KeyError):
+        return _UNSET
+    return _UNSET if default is inspect.Parameter.empty else default
+
+
+def _changes(fn: Callable, args: tuple, kwargs: dict, passed: list, where: str) -> List[str]:
     """What the patch changed in the call it passed on: ``name=old -> new`` / ``name=old dropped``."""
     if not passed:
         return []
@@ -339,9 +348,10 @@ def _changes(fn: Callable, args: tuple, kwargs: dict, passed: list) -> List[str]
         if old is new or (type(old) is type(new) and _same(old, new)):
             continue
         if old is _UNSET:
-            out.append(f"{key}={_short(new)} added")
+            if not _same(new, _default(fn, key)):  # an explicit default is no change
+                out.append(f"{key}={_short(new)} added")
         elif new is None or new is _UNSET:
-            out.append(f"{key}={_short(old)} dropped")
+            out.append(f"{key}={_short(old)} dropped on {where}")
         else:
             out.append(f"{key}={_short(old)} -> {_short(new)}")
     return out
@@ -368,7 +378,7 @@ def _wrapper_verdict(log: CallLog, api: str, wrapped, instance, args, kwargs, pa
             became = (f"device_ids {_short(asked.get('device_ids'))} -> one {profile.device_type} device "
                       f"({instance.src_device_obj})")
         return _support(log, api).cls, became
-    changes = _changes(wrapped, args, kwargs, passed)
+    changes = _changes(wrapped, args, kwargs, passed, profile.device_type)
     if api == "SyncBatchNorm":
         entry = _support(log, api)
         return entry.cls, entry.to
@@ -437,7 +447,7 @@ def _logging_getter(log: CallLog, getter: Any) -> property:
     def first_read(frame, tensor):
         done.add((frame.f_code, frame.f_lineno))
         if not _internal(frame.f_code):  # torch reading is_cuda for itself is not the user's call
-            log.add("Tensor.is_cuda", frame, (), {}, entry.cls, f"{entry.to} ({get(tensor)})")
+            log.add("Tensor.is_cuda", frame, None, {}, entry.cls, f"{entry.to} ({get(tensor)})")
 
     def is_cuda(self):
         frame = sys._getframe(1)
