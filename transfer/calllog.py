@@ -30,8 +30,11 @@ own hooks (DDP's SyncBatchNorm check, dynamo's is_cuda), torch.accelerator
 (device-generic, not a CUDA spelling), torch.cuda.nvtx (a namespace), and
 torch.jit.script (its translation is inside the compiled graph, not in the call).
 
-The hot path (a call from a site already logged) is one frame lookup, one dict
-lookup for "is this torch's code", one tuple and one set lookup.
+The hot path (a call from a site already decided) is one frame lookup, one
+tuple (code object, instruction offset) and one set lookup; a call torch makes
+for itself is decided from its arguments before any stack walk. Keys use
+``f_lasti``, not ``f_lineno``: Python 3.11 computes a line number by scanning
+the code's line table, ~1 us in a long function such as autograd's _make_grads.
 """
 
 from __future__ import annotations
@@ -109,9 +112,16 @@ class CallLog:
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
 
-    def summary(self) -> str:
-        counts = Counter(r["class"] for r in self.records)
-        return (f"transfer: {len(self.records)} CUDA-facing call site(s) logged in {self.path} ("
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def summary(self, records: Optional[List[Dict[str, Any]]] = None) -> str:
+        records = self.records if records is None else records
+        counts = Counter(r["class"] for r in records)
+        return (f"transfer: {len(records)} CUDA-facing call site(s) logged in {self.path} ("
                 + ", ".join(f"{n} {c}" for c, n in sorted(counts.items())) + ")")
 
 
@@ -187,9 +197,20 @@ def attach(ctx, directory: str) -> CallLog:
             continue
         setattr(record.owner, record.attribute, wrapped)
         record.replacement = wrapped
-    if log.rank == "0":
-        atexit.register(lambda: log.records and sys.stderr.write(log.summary() + "\n"))
+    ctx.registry.on_revert("calllog.close", log.close)
+    if not _LOGS and log.rank == "0":
+        atexit.register(_summary_at_exit)
+    _LOGS.append(log)
     return log
+
+
+_LOGS: List[CallLog] = []  # every log this process attached (install/uninstall/install appends to one file)
+
+
+def _summary_at_exit() -> None:
+    records = [r for log in _LOGS for r in log.records]
+    if records:
+        sys.stderr.write(_LOGS[-1].summary(records) + "\n")
 
 
 def _api(record) -> str:
@@ -224,6 +245,21 @@ def _cuda_value(value: Any) -> bool:
         return parse_cuda(value) is not None
     if isinstance(value, dict):  # torch.load(map_location={'cuda:0': ...})
         return any(isinstance(v, (str, torch.device)) and parse_cuda(v) is not None for v in (*value, *value.values()))
+    return False
+
+
+_SPEC_TYPES = (str, torch.device, dict)
+
+
+def _names_a_device(args: tuple, kwargs: dict) -> bool:
+    """A cheap test: could an argument be a CUDA device spec? (`_device_verdict` decides.)"""
+    for value in args:
+        if isinstance(value, _SPEC_TYPES):
+            return True
+    if kwargs:
+        for key in _DEVICE_KEYS:
+            if key in kwargs:
+                return True
     return False
 
 
@@ -264,7 +300,7 @@ def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
         frame = _user_frame(frame)
         if frame is None:
             return
-        key = (frame.f_code, frame.f_lineno)
+        key = (frame.f_code, frame.f_lasti)
         if key in seen:
             return
         verdict = classify(args, kwargs)
@@ -273,9 +309,12 @@ def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
             log.add(api, frame, args[1:] if method else args, kwargs, *verdict)
 
     def logged(*args, **kwargs):
-        frame = sys._getframe(1)
-        if (frame.f_code, frame.f_lineno) not in seen:
-            slow(frame, args, kwargs)
+        # The arguments first: most calls torch makes for itself name no device at all,
+        # and they are decided without looking at the stack (backward's ones_like, every step).
+        if always or _names_a_device(args, kwargs):
+            frame = sys._getframe(1)
+            if (frame.f_code, frame.f_lasti) not in seen:
+                slow(frame, args, kwargs)
         return fn(*args, **kwargs)
 
     logged.__name__ = getattr(fn, "__name__", api.rsplit(".", 1)[-1])
@@ -295,7 +334,7 @@ def _logging_wrapper(log: CallLog, api: str, replacement: PathWrapper) -> PathWr
 
     def wrapper(wrapped, instance, args, kwargs):
         frame = _user_frame(sys._getframe(1))
-        if frame is None or (frame.f_code, frame.f_lineno) in seen:
+        if frame is None or (frame.f_code, frame.f_lasti) in seen:
             return inner(wrapped, instance, args, kwargs)
         passed = []
         asked = dict(kwargs)  # the patch may change `kwargs` in place
@@ -309,7 +348,7 @@ def _logging_wrapper(log: CallLog, api: str, replacement: PathWrapper) -> PathWr
         finally:
             verdict = _wrapper_verdict(log, api, wrapped, instance, args, asked, passed)
             if verdict is not None:
-                seen.add((frame.f_code, frame.f_lineno))
+                seen.add((frame.f_code, frame.f_lasti))
                 log.add(api, frame, args, asked, *verdict)
 
     return PathWrapper(original, wrapper, replacement._self_home_owner, replacement._self_home_attribute)
@@ -405,7 +444,7 @@ def _logging_class(log: CallLog, api: str, replacement: type) -> type:
 
     def log_call(args, kwargs):
         frame = _user_frame(sys._getframe(2))
-        if frame is None or (frame.f_code, frame.f_lineno) in seen:
+        if frame is None or (frame.f_code, frame.f_lasti) in seen:
             return
         if device_only:
             verdict = _device_verdict(log, api, args, kwargs)
@@ -413,7 +452,7 @@ def _logging_class(log: CallLog, api: str, replacement: type) -> type:
             entry = _support(log, api)
             verdict = entry.cls, entry.to or entry.cls
         if verdict is not None:
-            seen.add((frame.f_code, frame.f_lineno))
+            seen.add((frame.f_code, frame.f_lasti))
             log.add(api, frame, args, kwargs, *verdict)
 
     class LoggingMeta(base_meta):
@@ -445,13 +484,13 @@ def _logging_getter(log: CallLog, getter: Any) -> property:
     done: set = set()  # (code, line) of every read site decided: logged, or torch's own
 
     def first_read(frame, tensor):
-        done.add((frame.f_code, frame.f_lineno))
+        done.add((frame.f_code, frame.f_lasti))
         if not _internal(frame.f_code):  # torch reading is_cuda for itself is not the user's call
             log.add("Tensor.is_cuda", frame, None, {}, entry.cls, f"{entry.to} ({get(tensor)})")
 
     def is_cuda(self):
         frame = sys._getframe(1)
-        if (frame.f_code, frame.f_lineno) not in done:
+        if (frame.f_code, frame.f_lasti) not in done:
             first_read(frame, self)
         return get(self)
 
