@@ -114,6 +114,27 @@ def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1  # the summary: rank 0 only
 
 
+def test_ddp_and_syncbn_records_on_a_vendor_under_torchrun(tmp_path):
+    from conftest import VENDORS, free_port
+
+    env = clean_env(TRANSFER_DEVICE="npu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
+                    PYTHONPATH=VENDORS if INSTALLED else os.pathsep.join([ROOT, VENDORS]))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}", os.path.join(EXAMPLES, "ddp_syncbn.py")],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):
+        records = _records(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl")
+        assert sorted(_line(r) for r in records) == [21, 21, 61, 62, 66, 66, 67, 76, 78, 78]
+        by_call = {r["call"].split("(", 1)[0]: r for r in records}
+        assert by_call["DistributedDataParallel"]["became"] == (f"device_ids=[{rank}] -> [npu:{rank}], "
+                                                                f"output_device={rank} -> npu:{rank}")
+        assert by_call["SyncBatchNorm"]["became"] == "SyncBatchNorm on npu"
+        assert by_call["torch.distributed.init_process_group"]["became"] == "backend='nccl' -> 'hccl'"
+        assert by_call["torch.cuda.set_device"]["became"] == "torch.npu.set_device"
+        assert {r["class"] for r in records} == {"translated"}
+
+
 # ------------------------------------------------------------------ in-process
 def _native_is_cuda():
     return inspect.getattr_static(torch.Tensor, "is_cuda")

@@ -135,6 +135,10 @@ def _short(value: Any) -> str:
         return f"<tensor on {value.device}>"
     if isinstance(value, torch.nn.Module):
         return f"<{type(value).__name__}>"
+    if isinstance(value, torch.device):
+        return str(value)  # npu:0
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.device) for v in value):
+        return "[" + ", ".join(map(str, value)) + "]"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
