@@ -56,6 +56,10 @@ from . import support
 from .devices import _PACKAGE_DIR, _TORCH_DIR, parse_cuda
 from .likeness import PathWrapper, present
 
+# Areas not listed decide nothing a user's CUDA call asks: environment (variables set once at
+# install, shown by status()), accelerator (torch.accelerator is device-generic), dynamo (torch.compile's
+# own is_cuda), shutdown (exit-time housekeeping), torchscript (torch.jit.script's translation is in the
+# compiled graph's device constants, not in the call; `transfer scan` reports the call).
 _AREAS = ("cuda_namespace", "tensor", "module", "factories", "distributed", "amp", "serialization", "data",
           "ddp", "data_parallel", "sync_batchnorm")
 #: Records of those areas left unlogged, and why.
@@ -219,6 +223,8 @@ def _summary_at_exit() -> None:
 
 def _api(record) -> str:
     owner = record.owner
+    if record.name == "data.device_context":
+        return "with torch.device"
     if owner is torch.cuda:
         return f"torch.cuda.{record.attribute}"
     if owner is torch.Tensor:
@@ -275,7 +281,7 @@ def _device_verdict(log: CallLog, api: str, args: tuple, kwargs: dict):
             entry = _support(log, api)
             if isinstance(value, dict):
                 return entry.cls, "map_location " + repr({k: str(target.translate(v, False)) for k, v in value.items()})
-            return entry.cls, f"{value!r} -> {target.translate(value, False)}"
+            return entry.cls, f"{_short(value)} -> {target.translate(value, False)}"
     return None
 
 
@@ -298,7 +304,7 @@ def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
             return entry.cls, entry.to or entry.cls
         return _device_verdict(log, api, args[1:] if method else args, kwargs)
 
-    seen: set = set()  # (code, line) of sites logged, or decided for good
+    seen: set = set()  # (code, f_lasti) of the user sites logged
 
     def slow(frame, args, kwargs):
         frame = _user_frame(frame)
