@@ -163,6 +163,13 @@ def table(results: Dict[str, Any]) -> str:
                          f"MiB ({_num(rec['added'], '{:+.1f}')} MiB), ratio {_num(rec['ratio'], '{:.3f}')} "
                          f"[{_num(rec['ratio_min'], '{:.3f}')}-{_num(rec['ratio_max'], '{:.3f}')}], "
                          f"{rec['repeats']} pairs")
+    calllog = results.get("calllog", {}).get("targets", {})
+    if calllog:
+        from .calllog import line
+
+        lines.append("")
+        lines.append("6. TRANSFER_LOG cost on a training step: log on / off (median [q1-q3]; A/A control alongside)")
+        lines.extend(line(target, rec) for target, rec in calllog.items())
     misses = targets_missed(results)
     lines.append("")
     lines.append("Targets missed: " + ("none" if not misses else "; ".join(misses)))
@@ -182,7 +189,7 @@ def findings(results: Dict[str, Any]) -> List[str]:
             if res["summary"].get("inductor_failure_caused_by_shim"):
                 notes.append(f"compile[{target}]: inductor fails under the shim only: "
                              f"{res['summary']['inductor_failure_caused_by_shim'][:140]}")
-    for family in ("calls", "training", "compile", "memory"):
+    for family in ("calls", "training", "compile", "memory", "calllog"):
         for target, res in results.get(family, {}).get("targets", {}).items():
             subs = {"": res}
             if family == "training" and isinstance(res, dict) and "single" in res:
@@ -222,6 +229,9 @@ def targets_missed(results: Dict[str, Any]) -> List[str]:
     for target, res in results.get("compile", {}).get("targets", {}).items():
         if C.is_ok(res) and res["summary"]["meets_target"] is False:
             missed.append(f"compile[{target}]")
+    for target, rec in results.get("calllog", {}).get("targets", {}).items():
+        if C.is_ok(rec) and rec.get("meets_target") is False:
+            missed.append(f"calllog[{target}] {rec['ratio']:.3f} > {rec['target']}")
     return missed
 
 
@@ -420,6 +430,17 @@ def markdown(results: Dict[str, Any]) -> str:
                 continue
             out.append(f"| {target} | {rec['native']:.1f} | {rec['shim']:.1f} | {rec['ratio']:.3f} "
                        f"[{rec['ratio_min']:.3f}-{rec['ratio_max']:.3f}] | {rec['repeats']} |")
+    calllog = results.get("calllog", {}).get("targets", {})
+    if calllog:
+        out.append("\n### 6. TRANSFER_LOG cost, training step\n")
+        out.append("| target | log on / off [q1-q3] | A/A control | ms per step (off) | repeats |")
+        out.append("|---|---|---|---|---|")
+        for target, rec in calllog.items():
+            if rec.get("status") != "ok":
+                out.append(f"| {target} | {rec.get('status')} | | | |")
+                continue
+            out.append(f"| {target} | {rec['ratio']:.3f} [{rec['ratio_q1']:.3f}-{rec['ratio_q3']:.3f}] | "
+                       f"{rec['control_ratio']:.3f} | {rec['native']:.2f} | {rec['repeats']} |")
     return "\n".join(out)
 
 

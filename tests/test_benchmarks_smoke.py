@@ -15,7 +15,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAMILIES = ("calls", "training", "startup", "compile", "memory")
+FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog")
 TARGETS = ("cpu", "npu", "sdaa", "gcu")
 
 
@@ -118,6 +118,21 @@ def test_memory_ratio(quick_run):
     assert _number(res["cpu"]["ratio"]) and _number(res["cpu"]["shim"]) and _number(res["cpu"]["native"])
     for target, rec in res.items():
         assert rec.get("status") == "ok" or _explicit(rec), (target, rec)
+
+
+def test_calllog_ratio(quick_run):
+    data, _, stdout = quick_run
+    res = data["calllog"]["targets"]
+    assert set(res) == set(TARGETS)
+    cpu = res["cpu"]
+    assert cpu["status"] == "ok", cpu
+    for key in ("ratio", "ratio_q1", "ratio_q3", "control_ratio", "shim", "native"):
+        assert _number(cpu[key]), (key, cpu)
+    assert cpu["target"] == 1.05 and cpu["meets_target"] is None  # --quick: not judged
+    for target, rec in res.items():
+        assert rec.get("status") == "ok" or _explicit(rec), (target, rec)
+    assert "[cpu] TRANSFER_LOG on / off: median" in stdout  # the printed line, with q1-q3
+    assert "6. TRANSFER_LOG cost" in stdout
 
 
 def test_chart_written(quick_run):

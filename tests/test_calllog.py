@@ -1,49 +1,187 @@
-"""TRANSFER_LOG: one JSON line per CUDA-facing call site, exact for an example script."""
+"""TRANSFER_LOG: one JSON line per CUDA-facing call site, exact for example scripts;
+the log's wrappers change nothing else (names, pickling, isinstance, uninstall), and
+with TRANSFER_LOG unset nothing is wrapped."""
 
+import inspect
 import json
 import os
+import pickle
 import subprocess
 import sys
+from collections import Counter
 
-from conftest import EXAMPLES, INSTALLED, ROOT, clean_env
+import pytest
+import torch
 
-EXPECTED_LINES = [49, 53, 53, 54, 57, 58, 58, 62, 65, 65, 68, 74, 75, 77, 77, 77, 84, 87, 94, 95, 100]
+from conftest import EXAMPLES, INSTALLED, ROOT, SCRIPTS, clean_env
+
+# train_cuda.py --epochs 2, cpu target. One record per (API, line), whatever the loop count:
+#  49 torch.cuda.is_available; 53 torch.manual_seed calls torch.cuda._is_in_bad_fork and
+#  torch.cuda.manual_seed_all (logged at the user's line: torch's own frames are skipped);
+#  54 torch.cuda.manual_seed_all; 57 torch.cuda.set_device; 58 get_device_name and device_count;
+#  60 DataLoader(pin_memory=True) (pin_memory dropped on cpu); 62 Module.cuda -> Tensor.cuda;
+#  65 GradScaler (device 'cuda' -> 'cpu'); 67 torch.cuda.Event (two on one line: one site);
+#  68 reset_peak_memory_stats; 74 Tensor.to('cuda'); 75 Tensor.cuda; 77 autocast;
+#  84 synchronize; 87 max_memory_allocated; 94 Tensor.cuda; 95 torch.load(map_location='cuda:0');
+#  100 torch.randn(device='cuda'). Not logged: 50-52 (torch.backends flags are plain attributes,
+#  not calls), 61 (torch.Generator() without a device), 86 (Event.elapsed_time: a method of the
+#  target's own event).
+EXPECTED_LINES = [49, 53, 53, 54, 57, 58, 58, 60, 62, 65, 67, 68, 74, 75, 77, 84, 87, 94, 95, 100]
+
+
+def _run_logged(script, tmp_path, *args, device="cpu"):
+    env = clean_env(TRANSFER_DEVICE=device, TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"))
+    if not INSTALLED:
+        env["PYTHONPATH"] = ROOT
+    proc = subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(tmp_path / "log") == ["transfer-log-rank0.jsonl"]
+    return proc, _records(tmp_path / "log" / "transfer-log-rank0.jsonl")
+
+
+def _records(path):
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _line(record):
+    return int(record["site"].rsplit(":", 1)[1])
 
 
 def test_log_of_train_cuda_has_each_call_site_once(tmp_path):
-    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"))
-    if not INSTALLED:
-        env["PYTHONPATH"] = ROOT
-    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, "train_cuda.py"), "--epochs", "2",
-                           "--workdir", str(tmp_path / "w")], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert os.listdir(tmp_path / "log") == ["transfer-log-rank0.jsonl"]
-    with open(tmp_path / "log" / "transfer-log-rank0.jsonl") as fh:
-        records = [json.loads(line) for line in fh]
     script = os.path.join(EXAMPLES, "train_cuda.py")
+    proc, records = _run_logged(script, tmp_path, "--epochs", "2", "--workdir", str(tmp_path / "w"))
     assert {r["site"].rsplit(":", 1)[0] for r in records} == {script}
-    assert sorted(int(r["site"].rsplit(":", 1)[1]) for r in records) == EXPECTED_LINES  # 2 epochs, logged once
+    assert sorted(_line(r) for r in records) == EXPECTED_LINES  # 2 epochs, logged once
     by_call = {r["call"]: r for r in records}
     assert by_call["torch.cuda.synchronize()"]["source"] == "torch.cuda.synchronize()"
     assert by_call["torch.cuda.max_memory_allocated()"]["class"] == "placeholder"
     assert by_call["Tensor.to('cuda', non_blocking=True)"]["became"] == "'cuda' -> cpu"
-    assert "21 CUDA-facing call site(s) logged" in proc.stderr
+    event = by_call["torch.cuda.Event(enable_timing=True)"]
+    assert (_line(event), event["class"], event["became"]) == (67, "translated", "transfer.cpu_runtime.Event")
+    by_line = {_line(r): r for r in records}
+    assert by_line[60]["call"].startswith("DataLoader(")
+    assert (by_line[60]["class"], by_line[60]["became"]) == ("no-op", "pin_memory=True -> False")
+    # What the wrapped patches really passed on to torch (the log must not undo the translation).
+    assert by_line[65]["became"] == "device='cuda' -> 'cpu'"
+    assert by_line[77]["became"] == "device_type='cuda' -> 'cpu', dtype=torch.float16 -> torch.bfloat16"
+    assert "20 CUDA-facing call site(s) logged" in proc.stderr
 
 
-def test_one_log_file_per_rank_under_torchrun(tmp_path):
+def test_is_cuda_reads_streams_and_events_are_logged_once_per_site(tmp_path):
+    proc, records = _run_logged(os.path.join(SCRIPTS, "is_cuda_reads.py"), tmp_path)
+    assert "after: True True True" in proc.stdout
+    got = Counter((_line(r), r["call"].split("(", 1)[0]) for r in records)
+    # on_gpu() reads t.is_cuda (line 6) five times: one record.
+    assert got == Counter({(10, "Tensor.is_cuda"): 1, (11, "Tensor.cuda"): 1, (6, "Tensor.is_cuda"): 1,
+                           (14, "torch.cuda.Event"): 1, (15, "torch.cuda.Stream"): 1, (16, "torch.cuda.stream"): 1,
+                           (19, "torch.cuda.synchronize"): 1, (20, "Tensor.is_cuda"): 1})
+    is_cuda = [r for r in records if r["call"] == "Tensor.is_cuda"]
+    assert {(r["class"], r["became"]) for r in is_cuda} == {("translated", "Tensor.is_cpu (True)")}
+    assert {r["source"] for r in is_cuda} >= {"return t.is_cuda"}
+
+
+def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
     from conftest import free_port
 
     env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"))
     if not INSTALLED:
         env["PYTHONPATH"] = ROOT
+    script = os.path.join(EXAMPLES, "ddp_syncbn.py")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                           f"--master_port={free_port()}", os.path.join(EXAMPLES, "ddp_syncbn.py")],
+                           f"--master_port={free_port()}", script],
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path / "log")) == ["transfer-log-rank0.jsonl", "transfer-log-rank1.jsonl"]
     for rank in (0, 1):
-        with open(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl") as fh:
-            records = [json.loads(line) for line in fh]
+        records = _records(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl")
         assert {r["rank"] for r in records} == {rank}
-        assert any("init_process_group(" in r["call"] and r["became"] == "backend 'gloo'" for r in records)
+        # 21: torch.manual_seed -> _is_in_bad_fork, manual_seed_all; 61 set_device; 62 init_process_group;
+        # 66 convert_sync_batchnorm (SyncBatchNorm built inside torch: one site) and .cuda(); 67 DDP;
+        # 76 two .cuda() on one line; 78 model(x): SyncBatchNorm's forward asks is_available and
+        # is_current_stream_capturing (torch's own calls, logged at the user's line).
+        assert sorted(_line(r) for r in records) == [21, 21, 61, 62, 66, 66, 67, 76, 78, 78]
+        by_call = {r["call"].split("(", 1)[0]: r for r in records}
+        assert by_call["torch.cuda.set_device"]["call"] == f"torch.cuda.set_device({rank})"
+        assert by_call["torch.distributed.init_process_group"]["became"] == "backend='nccl' -> 'gloo'"
+        ddp = by_call["DistributedDataParallel"]
+        assert (_line(ddp), ddp["class"]) == (67, "translated")
+        assert ddp["became"] == f"device_ids=[{rank}] dropped on cpu, output_device={rank} dropped on cpu"
+        syncbn = by_call["SyncBatchNorm"]
+        assert (_line(syncbn), syncbn["class"], syncbn["became"]) == (66, "translated", "SyncBatchNorm on cpu")
+        assert syncbn["source"] == "model = nn.SyncBatchNorm.convert_sync_batchnorm(model).cuda()"
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1  # the summary: rank 0 only
+
+
+def test_ddp_and_syncbn_records_on_a_vendor_under_torchrun(tmp_path):
+    from conftest import VENDORS, free_port
+
+    env = clean_env(TRANSFER_DEVICE="npu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
+                    PYTHONPATH=VENDORS if INSTALLED else os.pathsep.join([ROOT, VENDORS]))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}", os.path.join(EXAMPLES, "ddp_syncbn.py")],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):
+        records = _records(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl")
+        assert sorted(_line(r) for r in records) == [21, 21, 61, 62, 66, 66, 67, 76, 78, 78]
+        by_call = {r["call"].split("(", 1)[0]: r for r in records}
+        assert by_call["DistributedDataParallel"]["became"] == (f"device_ids=[{rank}] -> [npu:{rank}], "
+                                                                f"output_device={rank} -> npu:{rank}")
+        assert by_call["SyncBatchNorm"]["became"] == "SyncBatchNorm on npu"
+        assert by_call["torch.distributed.init_process_group"]["became"] == "backend='nccl' -> 'hccl'"
+        assert by_call["torch.cuda.set_device"]["became"] == "torch.npu.set_device"
+        assert {r["class"] for r in records} == {"translated"}
+
+
+# ------------------------------------------------------------------ in-process
+def _native_is_cuda():
+    return inspect.getattr_static(torch.Tensor, "is_cuda")
+
+
+def test_without_transfer_log_is_cuda_is_the_targets_own_getter(install_cpu, tmp_path):
+    import transfer
+
+    native = _native_is_cuda()
+    install_cpu(TRANSFER_LOG=None)
+    unlogged = _native_is_cuda()
+    base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+    assert unlogged is base.__dict__["is_cpu"]  # exactly what patches/tensor.py installs: no layer
+    transfer.uninstall()
+    install_cpu(TRANSFER_LOG=str(tmp_path / "log"))
+    logged = _native_is_cuda()
+    assert isinstance(logged, property) and logged is not unlogged
+    assert torch.ones(1).is_cuda is True
+    transfer.uninstall()
+    assert _native_is_cuda() is native
+    install_cpu(TRANSFER_LOG=None)
+    assert _native_is_cuda() is unlogged
+
+
+def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(install_cpu, tmp_path):
+    import transfer
+    from test_invisible import _native_facts, _problems
+
+    install_cpu(TRANSFER_LOG=None)
+    records = transfer._active.registry.records()
+    transfer.uninstall()
+    native = _native_facts(records)
+    originals = {r.name: inspect.getattr_static(r.owner, r.attribute) for r in records}
+    install_cpu(TRANSFER_LOG=str(tmp_path / "log"))
+    records = transfer._active.registry.records()
+    problems = {r.name: p for r in records if r.name in native for p in [_problems(r, native[r.name])] if p}
+    assert not problems, "\n".join(f"{k}: {v}" for k, v in problems.items())
+    assert isinstance(torch.cuda.current_stream(), torch.cuda.Stream)
+    assert issubclass(type(torch.cuda.current_stream()), torch.cuda.Stream)
+    assert pickle.loads(pickle.dumps(torch.cuda.Event)) is torch.cuda.Event
+    assert pickle.loads(pickle.dumps(torch.Tensor.cuda)) is torch.Tensor.cuda
+    assert isinstance(torch.Generator(device="cuda"), torch.Generator)
+    assert isinstance(torch.default_generator, torch.Generator)
+    with pytest.raises(transfer.UnsupportedCudaAPI):
+        torch.cuda.CUDAGraph()  # the log does not swallow the class's own error
+    transfer.uninstall()
+    restored = {name: inspect.getattr_static(r.owner, r.attribute) for name, r in
+                ((r.name, r) for r in records) if name in originals}
+    assert {n for n in originals if restored.get(n) is not originals[n]} == set()
+    assert not hasattr(torch.nn.SyncBatchNorm.__init__, "__wrapped__")  # the watch on SyncBatchNorm is gone too
