@@ -45,6 +45,17 @@ def test_scan_known_answers_aliases_fstrings_compares():
     assert classes["torch.cuda.get_device_capability"] == "placeholder"
 
 
+def test_scan_names_the_row_of_each_device_taking_call():
+    from transfer.migrate import scan
+
+    src = ("import torch\nfrom torch.utils.data import DataLoader\ntorch.set_default_device('cuda')\n"
+           "g = torch.Generator(device='cuda:1')\nd = torch.device('cuda', 0)\nx = torch.ones(2, device='cuda')\n"
+           "dl = DataLoader([1], pin_memory=True)\nquiet = DataLoader([1], pin_memory=False)\n")
+    assert [(f.line, f.api) for f in scan.scan_source(src)] == [
+        (3, "torch.set_default_device('cuda')"), (4, "torch.Generator('cuda')"), (5, "torch.device('cuda')"),
+        (6, "device='cuda'"), (7, "DataLoader(pin_memory=True)")]
+
+
 def test_scan_tree_gbk_and_unparsable_files():
     from transfer.migrate import report
 

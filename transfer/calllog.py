@@ -82,7 +82,9 @@ _ROWS = {
     "torch.distributed.is_nccl_available": "torch.distributed.is_nccl_available",
     "DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
     "DataParallel": "torch.nn.DataParallel", "SyncBatchNorm": "torch.nn.SyncBatchNorm",
-    "DataLoader": "Tensor.pin_memory",  # DataLoader(pin_memory=True) pins with Tensor.pin_memory
+    "DataLoader": "DataLoader(pin_memory=True)", "torch.Generator": "torch.Generator('cuda')",
+    "torch.set_default_device": "torch.set_default_device('cuda')",
+    "with torch.device": "torch.set_default_device('cuda')",
 }
 _ALWAYS_ROWS = ("torch.distributed.is_nccl_available", "torch.nn.SyncBatchNorm", "torch.nn.DataParallel")
 

@@ -39,6 +39,14 @@ _SYNONYMS = {
 }
 
 
+# Calls whose device argument has its own row (positional first argument or device=).
+_DEVICE_CALL_ROWS = {
+    "torch.device": "torch.device('cuda')", "torch.Generator": "torch.Generator('cuda')",
+    "torch.set_default_device": "torch.set_default_device('cuda')",
+}
+_DATALOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+
+
 class Finding(NamedTuple):
     file: str
     line: int
@@ -146,6 +154,10 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if self.qualified(func) in _DATALOADERS and any(
+                k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.keywords):
+            self.add(node, "DataLoader(pin_memory=True)")
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and self.qualified(func) is None:
             self.add(func, "Tensor.cuda")
             self.visit(func.value)
@@ -170,9 +182,12 @@ class _Scanner(ast.NodeVisitor):
 
     def _device_api(self, node: ast.AST) -> str:
         parent = getattr(node, "_parent", None)
-        if isinstance(parent, ast.Call) and node in parent.args[:1] and self.qualified(parent.func) == "torch.device":
-            return "torch.device('cuda')"
-        return "device='cuda'"
+        if isinstance(parent, ast.keyword) and parent.arg == "device":
+            parent = getattr(parent, "_parent", None)
+        elif not (isinstance(parent, ast.Call) and node in parent.args[:1]):
+            return "device='cuda'"
+        return _DEVICE_CALL_ROWS.get(self.qualified(parent.func) or "", "device='cuda'") \
+            if isinstance(parent, ast.Call) else "device='cuda'"
 
 
 def scan_source(text: str, path: str = "<string>") -> List[Finding]:
