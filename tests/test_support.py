@@ -154,3 +154,26 @@ def test_vendor_columns_match_the_stand_in(profile):
         f"on the stand-in only: {sorted(has - set(support.VENDOR_API[profile]))}")
     assert (found["backend"], found["visible"]) == (p.backend, p.visible_devices_env)
     assert (found["set_device_first"], found["one_per_device"]) == (p.set_device_before_init, p.one_process_per_device)
+
+
+def test_every_logged_patch_has_its_own_row(install_cpu):
+    """Each CUDA-facing patch outside torch.cuda names the table row the log classes it by; only
+    device-taking factories, loaders and Tensor/Module methods fall under the generic device='cuda' row."""
+    from transfer import calllog
+
+    install_cpu(TRANSFER_LOG=None)
+    generic = ("factories.", "serialization.", "tensor.", "module.")
+    missing = []
+    for record in transfer._active.registry.records():
+        area = record.name.split(".", 1)[0]
+        if area not in calllog._AREAS or record.name in calllog._LEFT:
+            continue
+        api = calllog._api(record)
+        if api.startswith("torch.cuda."):
+            continue  # the torch.cuda contract: test_every_patched_name_behaves_as_the_table_says
+        row = calllog._ROWS.get(api) or ("device='cuda'" if record.name.startswith(generic) else None)
+        if row is None:
+            missing.append(f"{record.name} ({api})")
+        else:
+            assert support.lookup("cpu", row).cls in support.CLASSES
+    assert not missing, "patched, logged, but no row of its own in the support table: " + ", ".join(missing)
