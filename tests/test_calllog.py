@@ -14,19 +14,29 @@ import pytest
 import torch
 
 from conftest import EXAMPLES, INSTALLED, ROOT, SCRIPTS, clean_env
+from test_e2e_matrix import NO_STANDINS, STANDINS
 
 # train_cuda.py --epochs 2, cpu target. One record per (API, line), whatever the loop count:
-#  49 torch.cuda.is_available; 53 torch.manual_seed calls torch.cuda._is_in_bad_fork and
-#  torch.cuda.manual_seed_all (logged at the user's line: torch's own frames are skipped);
-#  54 torch.cuda.manual_seed_all; 57 torch.cuda.set_device; 58 get_device_name and device_count;
-#  60 DataLoader(pin_memory=True) (pin_memory dropped on cpu); 62 Module.cuda -> Tensor.cuda;
-#  65 GradScaler (device 'cuda' -> 'cpu'); 67 torch.cuda.Event (two on one line: one site);
-#  68 reset_peak_memory_stats; 74 Tensor.to('cuda'); 75 Tensor.cuda; 77 autocast;
+#  49 torch.cuda.is_available; 54 torch.cuda.manual_seed_all; 57 torch.cuda.set_device;
+#  58 get_device_name and device_count; 60 DataLoader(pin_memory=True) (pin_memory dropped on cpu);
+#  62 Module.cuda -> Tensor.cuda; 65 GradScaler (device 'cuda' -> 'cpu'); 67 torch.cuda.Event (two on
+#  one line: one site); 68 reset_peak_memory_stats; 74 Tensor.to('cuda'); 75 Tensor.cuda; 77 autocast;
 #  84 synchronize; 87 max_memory_allocated; 94 Tensor.cuda; 95 torch.load(map_location='cuda:0');
-#  100 torch.randn(device='cuda'). Not logged: 50-52 (torch.backends flags are plain attributes,
-#  not calls), 61 (torch.Generator() without a device), 86 (Event.elapsed_time: a method of the
-#  target's own event).
-EXPECTED_LINES = [49, 53, 53, 54, 57, 58, 58, 60, 62, 65, 67, 68, 74, 75, 77, 84, 87, 94, 95, 100]
+#  100 torch.randn(device='cuda'). Not logged: 50-52 (torch.backends flags are plain attributes, not
+#  calls), 53 (torch.manual_seed seeds CUDA by calling torch.cuda.manual_seed_all itself: torch's own
+#  call), 61 (torch.Generator() without a device), 86 (Event.elapsed_time: a method of the target's own
+#  event). Two differences that are Python's and torch's, not the log's:
+#  * Python 3.8 gives a call inside an implicitly concatenated f-string (85-87) the string's first line;
+#  * before torch 2.3 there is no torch.amp.GradScaler: torch.cuda.amp.GradScaler is CUDA's own class,
+#    which transfer leaves alone (it adds CPU kernels for it), so nothing is intercepted at 65.
+EXPECTED_LINES = sorted([49, 54, 57, 58, 58, 60, 62, 67, 68, 74, 75, 77, 84, 94, 95, 100]
+                        + [87 if sys.version_info >= (3, 9) else 85]
+                        + ([65] if hasattr(torch.amp, "GradScaler") else []))
+# examples/ddp_syncbn.py, every rank: 61 set_device; 62 init_process_group; 66 SyncBatchNorm and
+# Module.cuda; 67 DistributedDataParallel; 76 Tensor.cuda (x and y: one site). Not logged: 21
+# (torch.manual_seed, as above) and 78 (SyncBatchNorm's forward asks torch.cuda.is_available() and
+# is_current_stream_capturing() itself, and only on some torch versions).
+DDP_SYNCBN_LINES = [61, 62, 66, 66, 67, 76]
 
 
 def _run_logged(script, tmp_path, *args, device="cpu"):
@@ -64,9 +74,10 @@ def test_log_of_train_cuda_has_each_call_site_once(tmp_path):
     assert by_line[60]["call"].startswith("DataLoader(")
     assert (by_line[60]["class"], by_line[60]["became"]) == ("no-op", "pin_memory=True -> False")
     # What the wrapped patches really passed on to torch (the log must not undo the translation).
-    assert by_line[65]["became"] == "device='cuda' -> 'cpu'"
+    if 65 in EXPECTED_LINES:
+        assert by_line[65]["became"] == "device='cuda' -> 'cpu'"
     assert by_line[77]["became"] == "device_type='cuda' -> 'cpu', dtype=torch.float16 -> torch.bfloat16"
-    assert "20 CUDA-facing call site(s) logged" in proc.stderr
+    assert f"{len(EXPECTED_LINES)} CUDA-facing call site(s) logged" in proc.stderr
 
 
 def test_is_cuda_reads_streams_and_events_are_logged_once_per_site(tmp_path):
@@ -101,7 +112,7 @@ def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
         # 66 convert_sync_batchnorm (SyncBatchNorm built inside torch: one site) and .cuda(); 67 DDP;
         # 76 two .cuda() on one line; 78 model(x): SyncBatchNorm's forward asks is_available and
         # is_current_stream_capturing (torch's own calls, logged at the user's line).
-        assert sorted(_line(r) for r in records) == [21, 21, 61, 62, 66, 66, 67, 76, 78, 78]
+        assert sorted(_line(r) for r in records) == DDP_SYNCBN_LINES
         by_call = {r["call"].split("(", 1)[0]: r for r in records}
         assert by_call["torch.cuda.set_device"]["call"] == f"torch.cuda.set_device({rank})"
         assert by_call["torch.distributed.init_process_group"]["became"] == "backend='nccl' -> 'gloo'"
@@ -114,6 +125,7 @@ def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1  # the summary: rank 0 only
 
 
+@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 def test_ddp_and_syncbn_records_on_a_vendor_under_torchrun(tmp_path):
     from conftest import VENDORS, free_port
 
@@ -125,7 +137,7 @@ def test_ddp_and_syncbn_records_on_a_vendor_under_torchrun(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for rank in (0, 1):
         records = _records(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl")
-        assert sorted(_line(r) for r in records) == [21, 21, 61, 62, 66, 66, 67, 76, 78, 78]
+        assert sorted(_line(r) for r in records) == DDP_SYNCBN_LINES
         by_call = {r["call"].split("(", 1)[0]: r for r in records}
         assert by_call["DistributedDataParallel"]["became"] == (f"device_ids=[{rank}] -> [npu:{rank}], "
                                                                 f"output_device={rank} -> npu:{rank}")

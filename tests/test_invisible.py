@@ -306,3 +306,19 @@ def test_bad_ordinals_on_a_vendor_stand_in():
     proc = python("-c", code, env=clean_env(PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET=1),
                   timeout=600)
     assert "ORDINALS OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.compat
+def test_except_torch_cuda_out_of_memory_error_still_catches(install_cpu):
+    """An exception class is never replaced: torch 2.0 lists OutOfMemoryError in torch.cuda.__all__,
+    and a replacement that is no exception makes every `except torch.cuda.OutOfMemoryError:` a TypeError."""
+    original = getattr(torch.cuda, "OutOfMemoryError", None)
+    install_cpu()
+    if original is None:
+        pytest.fail("this torch has no torch.cuda.OutOfMemoryError")
+    assert torch.cuda.OutOfMemoryError is original
+    with pytest.raises(ValueError):
+        try:
+            raise ValueError("not an OOM")
+        except torch.cuda.OutOfMemoryError:
+            pytest.fail("caught a ValueError")

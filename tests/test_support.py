@@ -16,6 +16,8 @@ from transfer.patches import PatchContext, cuda_namespace
 from transfer.profiles import PROFILES
 from transfer.registry import Registry
 
+from test_e2e_matrix import NO_STANDINS, STANDINS
+
 
 def _vendor_module(profile):
     """A stand-in torch.<device> holding exactly the table's names, each a marker."""
@@ -108,7 +110,11 @@ def test_cpu_table_matches_the_cpu_runtime():
 def test_table_names_every_public_cuda_callable():
     skipped = cuda_namespace._SUBMODULES | {"has_half", "has_magma"}
     public = {n for n in torch.cuda.__all__ if n not in skipped and not n.endswith(cuda_namespace._SKIP_SUFFIXES)}
-    assert public <= set(support.CUDA_NAMES)
+    exceptions = {n for n in public if inspect.isclass(getattr(torch.cuda, n, None))
+                  and issubclass(getattr(torch.cuda, n), BaseException)}
+    assert public - exceptions <= set(support.CUDA_NAMES)
+    for name in exceptions:  # torch 2.0 lists OutOfMemoryError: kept, with a row of its own
+        assert support.lookup("npu", f"torch.cuda.{name}").to == "unchanged"
 
 
 def test_every_row_has_a_class_and_reason_per_profile():
@@ -132,6 +138,7 @@ print(json.dumps({"names": sorted(n for n in dir(module) if not n.startswith("__
 """
 
 
+@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 @pytest.mark.parametrize("profile", [p for p in PROFILES if not PROFILES[p].is_cpu])
 def test_vendor_columns_match_the_stand_in(profile):
     """The table's vendor column is what the stand-in's torch.<device> has (the stand-ins mirror the

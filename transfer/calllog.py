@@ -3,7 +3,11 @@
 Every CUDA-facing call the shim intercepted, once per call site (the user's
 frame: the first outside torch and transfer): time, file:line, the source
 line, the class from the support table (`support.lookup`), the original call
-and what it became. JSON lines in ``<dir>/transfer-log-rank<R>.jsonl``; rank 0
+and what it became. ``torch.cuda.<name>`` calls torch makes on itself
+(SyncBatchNorm's forward asking ``is_available()``, ``torch.manual_seed``
+seeding CUDA, torch 2.0's autocast) are not the user's code and differ between
+torch versions: they are left out, so one script logs the same sites on every
+torch. JSON lines in ``<dir>/transfer-log-rank<R>.jsonl``; rank 0
 prints a short summary at exit. The same records feed
 `transfer.status()['call_sites']` and `transfer.report()`.
 
@@ -169,6 +173,17 @@ def _user_frame(frame):
     return frame
 
 
+def _called_by_torch(frame) -> bool:
+    """The nearest caller outside transfer is torch's own code (SyncBatchNorm's forward asking
+    torch.cuda.is_available(), torch.manual_seed seeding CUDA): torch's business, which differs
+    between torch versions, not a call the user's code makes."""
+    while frame is not None and _internal(frame.f_code):
+        if frame.f_code.co_filename.startswith(_TORCH_DIR):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _is_launcher() -> bool:
     """torchrun's own process: it runs no user code, and has no rank of its own."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
@@ -306,9 +321,13 @@ def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
             return entry.cls, entry.to or entry.cls
         return _device_verdict(log, api, args[1:] if method else args, kwargs)
 
-    seen: set = set()  # (code, f_lasti) of the user sites logged
+    seen: set = set()  # (code, f_lasti) of the user sites logged, and of torch's own calls of torch.cuda.*
+    namespace = api.startswith("torch.cuda.") and "." not in api[len("torch.cuda."):]
 
     def slow(frame, args, kwargs):
+        if namespace and _called_by_torch(frame):
+            seen.add((frame.f_code, frame.f_lasti))
+            return
         frame = _user_frame(frame)
         if frame is None:
             return

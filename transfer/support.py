@@ -226,6 +226,9 @@ OTHER_APIS: Tuple[_Row, ...] = (
               "scripted code runs on npu where torch_npu runs its ops; torch_npu's own transfer_to_npu turns "
               "torch.jit.script into a no-op instead, so scripted code on a real npu is not vendor-tested: "
               "if an op fails there, drop @torch.jit.script")}),
+    ("torch.cuda.OutOfMemoryError", TRANSLATED, "unchanged",
+     "torch's own exception class (also torch.OutOfMemoryError), never replaced: `except "
+     "torch.cuda.OutOfMemoryError` catches what torch raises when the target's allocator reports out of memory", {}),
     ("torch.version.cuda", TRANSLATED, "unchanged", "stays None on a CPU build / the vendor build: not patched", {}),
 )
 

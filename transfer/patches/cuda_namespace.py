@@ -47,6 +47,8 @@ def apply(ctx) -> None:
     placeholders = support.PLACEHOLDERS.get(ctx.profile.name, frozenset())
     for name in names:
         original = getattr(cuda, name, None)
+        if inspect.isclass(original) and issubclass(original, BaseException):
+            continue  # torch 2.0-2.x list OutOfMemoryError here: torch's own exception, or `except` breaks
         impl = getattr(ctx.runtime, name, None)
         if name == "get_device_capability":
             impl = _capability(ctx, original, impl, target_name, placeholder=name in placeholders)
