@@ -119,6 +119,8 @@ def test_port_safe_unsafe_idempotent_and_comments_kept():
     unsafe = port_source(src, "sdaa", unsafe=True)
     assert "if x.device.type in ('cuda', \"sdaa\"):" in unsafe.text
     assert "d = 'sdaa'" in unsafe.text and 'y = x.to(f"sdaa:{rank}")' in unsafe.text
+    assert port_source("m.cuda(self.device)\nm.cuda(args.gpu)\n", "gcu", unsafe=True).text == \
+        'import torch_gcu  # registers torch.gcu\nm.to(self.device)\nm.to(f"gcu:{args.gpu}")\n'  # an index gets a type
     for first, flag in ((safe, False), (unsafe, True)):
         again = port_source(first.text, "sdaa", unsafe=flag)
         assert again.text == first.text and not [c for c in again.changes if c.operation != "UNSUPPORTED"]

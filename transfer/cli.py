@@ -30,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
                "  -> torch.autocast/torch.amp.GradScaler(\"<dev>\"); .cuda() / .cuda(N) -> .to(\"<dev>[:N]\"); .is_cuda;\n"
                "  device strings where a device is expected; backend \"nccl\"; the vendor import; set_device before\n"
                "  init_process_group where the backend needs it (tccl).\n"
-               "unsafe (--unsafe): .cuda(expr) -> .to(f\"<dev>:{expr}\"); device/backend strings anywhere;\n"
-               "  == \"cuda\" / == \"nccl\" -> in (\"cuda\", \"<dev>\").\n"
+               "unsafe (--unsafe): .cuda(expr) -> .to(f\"<dev>:{expr}\") (.cuda(device) -> .to(device)); device/backend\n"
+               "  strings anywhere; == \"cuda\" / == \"nccl\" -> in (\"cuda\", \"<dev>\").\n"
                "writes (not with --diff): change_list.csv, unsupported_api.csv (left for a person), port.log,\n"
                "  and with --main run_distributed_<device>.sh; exit 1 when a file failed to parse, 2 on bad usage.")
     port.add_argument("paths", nargs="+", metavar="SRC", help="Python files or directories")

@@ -19,7 +19,8 @@ safe (always applied)
   before it, when nothing in between assigns a name it reads and it calls
   nothing of torch.distributed; any other order is a change-list row.
 unsafe (``--unsafe``)
-  ``x.cuda(expr)`` -> ``x.to(f"<dev>:{expr}")`` (assumes an int index);
+  ``x.cuda(expr)`` -> ``x.to(f"<dev>:{expr}")`` (assumes an int index), but
+  ``x.cuda(device)`` (a name ending in "device") -> ``x.to(device)``;
   device strings and ``"nccl"`` anywhere else (assignments, dict literals);
   ``a == "cuda"`` -> ``a in ("cuda", "<dev>")`` (``!=`` -> ``not in``), the
   same for ``"nccl"``.
@@ -190,6 +191,10 @@ class _Porter(cst.CSTTransformer):
             target: cst.BaseExpression = _string(self.dev)
         elif isinstance(arg, cst.Integer):
             target = _string(f"{self.dev}:{arg.value}")
+        elif self.unsafe and "device" in (_dotted(arg) or "").rsplit(".", 1)[-1].lower():
+            # .cuda(device), .cuda(self.device): a device object, which the port made a vendor one
+            self.note(original, "MODIFY", ".cuda(<device>) -> .to(<device>) [unsafe: assumes a ported device]")
+            return updated.with_changes(func=to, args=[cst.Arg(arg), *self._comma_fixed(rest)])
         elif self.unsafe:
             target = cst.FormattedString(parts=[cst.FormattedStringText(f"{self.dev}:"),
                                                 cst.FormattedStringExpression(arg)])
