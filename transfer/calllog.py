@@ -58,7 +58,7 @@ import torch
 
 from . import support
 from .devices import _PACKAGE_DIR, _TORCH_DIR, parse_cuda
-from .likeness import PathWrapper, present
+from .likeness import PathWrapper, alias_meta, present
 
 # Areas not listed decide nothing a user's CUDA call asks: environment (variables set once at
 # install, shown by status()), accelerator (torch.accelerator is device-generic), dynamo (torch.compile's
@@ -486,24 +486,16 @@ def _logging_class(log: CallLog, api: str, replacement: type) -> type:
             seen.add((frame.f_code, frame.f_lasti))
             log.add(api, frame, args, kwargs, *verdict)
 
-    class LoggingMeta(base_meta):
+    alias = alias_meta(base_meta)  # isinstance/issubclass answer for `replacement`
+
+    class LoggingMeta(alias):
         def __call__(cls, *args, **kwargs):
             log_call(args, kwargs)
-            return base_meta.__call__(cls, *args, **kwargs)
-
-        def __instancecheck__(cls, instance):
-            stands_for = cls.__dict__.get("_transfer_logged_of")
-            return isinstance(instance, stands_for) if stands_for is not None else base_meta.__instancecheck__(cls, instance)
-
-        def __subclasscheck__(cls, subclass):
-            stands_for = cls.__dict__.get("_transfer_logged_of")
-            return issubclass(subclass, stands_for) if stands_for is not None else base_meta.__subclasscheck__(cls, subclass)
+            return alias.__call__(cls, *args, **kwargs)
 
     LoggingMeta.__name__ = LoggingMeta.__qualname__ = f"Logging{base_meta.__name__}"
     attrs = {"__module__": replacement.__module__, "__qualname__": replacement.__qualname__,
-             "__doc__": replacement.__doc__, "_transfer_logged_of": replacement}
-    if "_transfer_alias_of" in replacement.__dict__:
-        attrs["_transfer_alias_of"] = replacement.__dict__["_transfer_alias_of"]
+             "__doc__": replacement.__doc__, "_transfer_alias_of": replacement}
     return LoggingMeta(replacement.__name__, (replacement,), attrs)
 
 

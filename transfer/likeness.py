@@ -147,14 +147,16 @@ def alias_class(base: type, module: str, qualname: str, doc: Optional[str] = Non
     instance of `base` is an instance and every subclass of `base` a subclass
     (``isinstance(torch.cuda.current_stream(), torch.cuda.Stream)`` stays True
     when the vendor's own function made the stream)."""
-    meta = _alias_meta(type(base))
+    meta = alias_meta(type(base))
     attrs.update(__module__=module, __qualname__=qualname, __doc__=doc if doc is not None else base.__doc__,
                  _transfer_alias_of=base)
     return meta(base.__name__, (base,), attrs)
 
 
 @functools.lru_cache(maxsize=None)
-def _alias_meta(meta: type) -> type:
+def alias_meta(meta: type) -> type:
+    """A subclass of metaclass `meta` whose classes answer isinstance/issubclass for the class in
+    their ``_transfer_alias_of`` (a class without one answers as `meta` does)."""
     class AliasMeta(meta):
         def __instancecheck__(cls, instance):
             base = cls.__dict__.get("_transfer_alias_of")
