@@ -6,6 +6,9 @@ import sys
 import pytest
 
 from conftest import SCRIPTS, VENDORS, clean_env, python, run
+from test_e2e_matrix import NO_STANDINS, STANDINS
+
+pytestmark = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)  # every test here runs a stand-in
 
 
 @pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])

@@ -26,9 +26,16 @@ def factory_locations():
     for modname in _NAMESPACES:
         module = importlib.import_module(modname)
         for name, value in list(vars(module).items()):
-            if id(value) in wanted and not name.startswith("_"):
+            if id(value) in wanted and not name.startswith("_") and not _stray_alias(module, name, value):
                 found.append((module, name))
     return found
+
+
+def _stray_alias(module, name, value) -> bool:
+    """True for a second name of a factory the module also holds under its own name: torch 2.0's
+    __init__ leaves its loop variable `torch.obj` (= torch.zeros_like) behind; that is no API."""
+    own = getattr(value, "__name__", name)
+    return own != name and vars(module).get(own) is value
 
 
 def apply(ctx) -> None:
