@@ -103,6 +103,7 @@ def _problems(record, native):
     return found
 
 
+@pytest.mark.compat  # walks whatever this torch has patched: the check that matters per torch version
 def test_every_record_pickles_copies_and_introspects_as_native(cpu_target):
     records = cpu_target._active.registry.records()
     cpu_target.uninstall()
@@ -235,11 +236,9 @@ def test_spawn_workers_receive_pickled_generators_and_factories(tmp_path):
 
 
 @pytest.mark.skipif(not GENERATORS_PICKLE, reason=NO_GENERATOR_PICKLE)
-def test_spawn_workers_without_transfer_load_the_originals(cpu_target, tmp_path, monkeypatch):
-    """transfer installed in this process only: the workers (no transfer) unpickle
-    torch's originals, as they would natively."""
-    import functools
-
+def test_spawn_loader_workers_without_transfer_load_the_originals(cpu_target, monkeypatch):
+    """transfer installed in this process only: spawn DataLoader workers (no transfer)
+    unpickle a Dataset holding torch's original Generator, as they would natively."""
     import torch.multiprocessing as mp
     from torch.utils.data import DataLoader
 
@@ -251,6 +250,19 @@ def test_spawn_workers_without_transfer_load_the_originals(cpu_target, tmp_path,
     loader = DataLoader(spawn_pickles.Noisy(), batch_size=2, num_workers=1, multiprocessing_context="spawn",
                         collate_fn=list)
     assert [len(batch) for batch in loader] == [2, 2]
+
+
+@pytest.mark.compat
+def test_spawn_workers_without_transfer_load_the_originals(cpu_target, tmp_path, monkeypatch):
+    """transfer installed in this process only: mp.spawn workers (no transfer) unpickle
+    torch's original torch.zeros from a functools.partial, as they would natively."""
+    import functools
+
+    import torch.multiprocessing as mp
+
+    monkeypatch.syspath_prepend(SCRIPTS)  # spawn children get this sys.path
+    import spawn_pickles
+
     out = str(tmp_path / "out")
     mp.spawn(spawn_pickles.worker, args=(functools.partial(torch.zeros, 3), out), nprocs=1)
     assert torch.load(f"{out}.0")["device"] == "cpu"

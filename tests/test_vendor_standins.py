@@ -22,10 +22,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from test_e2e_matrix import NO_STANDINS, STANDINS
 
-pytestmark = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)  # every test here builds or runs a stand-in
+needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENDORS_DIR = os.path.join(HERE, "vendors")
@@ -171,10 +172,12 @@ def ddp_run(request, extension, tmp_path_factory):
 
 # ------------------------------------------------------------------ tests
 
+@needs_standins
 def test_extension_builds_and_loads(extension):
     assert os.path.exists(extension["module"])
 
 
+@needs_standins
 @pytest.mark.parametrize("check", DEVICE_CHECKS)
 @pytest.mark.parametrize("vendor", VENDORS)
 def test_device(device_reports, vendor, check):
@@ -186,6 +189,7 @@ def test_device(device_reports, vendor, check):
         pytest.fail(f"{vendor}/{check} failed:\n{report[check]}\n{log}")
 
 
+@needs_standins
 @pytest.mark.parametrize("vendor", VENDORS)
 def test_ddp_syncbn_matches_single_process_cpu(ddp_run, vendor):
     import torch
@@ -214,6 +218,7 @@ def test_ddp_syncbn_matches_single_process_cpu(ddp_run, vendor):
             assert torch.equal(actual, expected), key
 
 
+@needs_standins
 @pytest.mark.parametrize("vendor", VENDORS)
 def test_stats_files_prove_vendor_backend_and_device(ddp_run, vendor):
     out, stats, proc = ddp_run(vendor)
@@ -231,6 +236,7 @@ def test_stats_files_prove_vendor_backend_and_device(ddp_run, vendor):
         assert data["device_indices"] == [rank], data
 
 
+@needs_standins
 def test_tccl_refuses_init_before_set_device(extension):
     code = (
         "import torch, torch.distributed as dist, torch_sdaa\n"
@@ -250,6 +256,7 @@ def test_tccl_refuses_init_before_set_device(extension):
     assert "AFTER_SET_DEVICE_OK" in proc.stdout, log_of(proc)
 
 
+@needs_standins
 def test_tccl_refuses_two_ranks_on_one_device(extension):
     proc = torchrun("tccl_same_device.py")
     # Split on the marker, not on lines: the ranks share one pipe.
@@ -272,6 +279,7 @@ TCCL_RANK = (
 )
 
 
+@needs_standins
 @pytest.mark.parametrize("visible, accepted", [(("0", "1"), True), (("2", "2"), False)])
 def test_visible_devices_select_physical_devices_for_tccl(extension, tmp_path, visible, accepted):
     """SDAA_VISIBLE_DEVICES as on the real runtime: two launchers on one host, each seeing one
@@ -289,6 +297,7 @@ def test_visible_devices_select_physical_devices_for_tccl(extension, tmp_path, v
         assert all("REFUSED" in p.stdout and "sdaa:2" in p.stdout for p in procs), [log_of(p) for p in procs]
 
 
+@needs_standins
 def test_visible_devices_list_stops_at_the_first_invalid_entry(extension):
     code = "import torch, torch_npu; print(torch.npu.device_count())"
     counts = [run([sys.executable, "-c", code], env=child_env(ASCEND_RT_VISIBLE_DEVICES=value)).stdout.strip()
@@ -296,6 +305,7 @@ def test_visible_devices_list_stops_at_the_first_invalid_entry(extension):
     assert counts == ["2", "1", "0"]
 
 
+@needs_standins
 @pytest.mark.parametrize("vendor", ["npu", "gcu"])
 def test_hccl_and_eccl_have_no_tccl_quirks(extension, vendor):
     code = (
@@ -308,6 +318,7 @@ def test_hccl_and_eccl_have_no_tccl_quirks(extension, vendor):
     assert "OK [1.0, 1.0]" in proc.stdout, log_of(proc)
 
 
+@needs_standins
 def test_device_count_from_environment(extension):
     code = (
         "import torch, torch_gcu\n"
@@ -322,6 +333,7 @@ def test_device_count_from_environment(extension):
     assert "REFUSED" in proc.stdout, log_of(proc)
 
 
+@needs_standins
 def test_failed_build_is_a_loud_import_error(extension, tmp_path):
     # Empty build cache and no compiler/ninja on PATH: importing must raise
     # ImportError naming the problem (tests relying on it then fail, not skip).
@@ -341,6 +353,7 @@ def test_failed_build_is_a_loud_import_error(extension, tmp_path):
 EXIT_RUNS = 10
 
 
+@needs_standins
 def test_clean_exit_after_backward_repeated(extension):
     """A script that ends right after backward on <vendor>:1 exits 0, every time.
 
@@ -368,6 +381,7 @@ def test_clean_exit_after_backward_repeated(extension):
     assert not bad, f"{len(bad)}/{EXIT_RUNS} runs did not exit cleanly:\n" + "\n".join(bad)
 
 
+@needs_standins
 def test_exit_code_atexit_and_stats_preserved(extension, tmp_path):
     code = (
         "import atexit, sys, torch, torch_npu\n"
@@ -382,3 +396,10 @@ def test_exit_code_atexit_and_stats_preserved(extension, tmp_path):
     (stats,) = glob.glob(str(tmp_path / "npu-*.json"))
     data = json.loads(open(stats).read())
     assert data == {"vendor": "npu", "backend": "hccl", "collectives": {}, "device_indices": [2]}, data
+
+
+@pytest.mark.skipif(STANDINS, reason=f"torch {torch.__version__} has the PrivateUse1 mechanism the stand-ins use")
+def test_stand_in_on_a_torch_without_privateuse1_is_a_clear_import_error():
+    code = "try:\n    import torch_sdaa\nexcept ImportError as exc:\n    print('IMPORT_ERROR', exc)\n"
+    proc = run([sys.executable, "-c", code], what="import a stand-in without PrivateUse1")
+    assert "IMPORT_ERROR cannot import torch_sdaa" in proc.stdout and "torch >= 2.1" in proc.stdout, log_of(proc)

@@ -100,6 +100,11 @@ def install(spec: VendorSpec) -> types.ModuleType:
             f"which owns the PrivateUse1 backend as '{state[0].name}'. Only one accelerator "
             f"vendor package can be used per process."
         )
+    if not hasattr(torch.utils, "generate_methods_for_privateuse1_backend"):  # torch 2.0 has none
+        raise ImportError(
+            f"cannot import {spec.package}: torch {torch.__version__} has no PrivateUse1 mechanism "
+            f"(hooks interface, generate_methods_for_privateuse1_backend); vendor plug-ins need torch >= 2.1"
+        )
     current = torch._C._get_privateuse1_backend_name()
     if current != "privateuseone":
         raise ImportError(
