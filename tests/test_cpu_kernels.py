@@ -402,7 +402,7 @@ def test_register_idempotent_and_destroy_restores_not_implemented():
         mean, _ = torch.batch_norm_stats(x, 1e-5)
         torch.testing.assert_close(mean, x.mean((0, 2)))
     finally:
-        lib._destroy()
+        cpu_kernels.destroy(lib)
 
     assert not cpu_kernels.is_registered()
     assert not any(_has_cpu_kernel(n) for n in cpu_kernels.OPS)
@@ -417,7 +417,7 @@ def test_register_idempotent_and_destroy_restores_not_implemented():
         assert lib2 is not lib
         torch.batch_norm_stats(x, 1e-5)
     finally:
-        lib2._destroy()
+        cpu_kernels.destroy(lib2)
     with pytest.raises(NotImplementedError):
         torch.batch_norm_stats(x, 1e-5)
 

@@ -295,6 +295,7 @@ def test_data_parallel_equals_bare_module(cpu_target):
 
 
 def test_torch_compile_fullgraph_with_translated_calls(cpu_target):
+    """fullgraph=True raises at the first graph break, naming its reason: no break is allowed."""
     import torch._dynamo
 
     def step(x):
@@ -303,8 +304,6 @@ def test_torch_compile_fullgraph_with_translated_calls(cpu_target):
 
     x = torch.arange(4.0)
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(step)(x)
-    assert explained.graph_break_count == 0, explained.break_reasons
     compiled = torch.compile(step, fullgraph=True, backend="eager")
     assert torch.equal(compiled(x), step(x))
 
