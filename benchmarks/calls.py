@@ -104,7 +104,8 @@ def _namespace(target: str) -> Dict[str, Any]:
     x = h.to(dev0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(dev0)
     model.to(torch.bfloat16)
-    native_to = torch._C.TensorBase.to
+    tensor_base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch 2.0 names it _TensorBase
+    native_to = tensor_base.to
 
     def floor(tensor, device):
         return native_to(tensor, device)
