@@ -8,8 +8,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 import transfer
 from conftest import SCRIPTS, clean_env, free_port, kill_group
 from transfer.patches import shutdown
@@ -130,7 +128,6 @@ def clean(results):
     return all(rc == 0 and "terminate called" not in err for rc, _, err in results)
 
 
-@pytest.mark.compat  # torch 2.0 copies no Context in backward: the drain must still yield the GIL
 def test_deterministic_race_aborts_without_transfer_and_exits_cleanly_with_it():
     """The control proves the script reproduces the abort; the same script through transfer exits 0."""
     with ThreadPoolExecutor(2) as pool:
