@@ -68,8 +68,13 @@ class Row:
 
 
 def rows_for(target: str) -> List[Row]:
+    import torch
+
     cpu = target == "cpu"
     v = target
+    available, current = f"torch.{v}.is_available()", f"torch.{v}.current_device()"
+    if cpu and not hasattr(torch.cpu, "current_device"):  # torch 2.0's torch.cpu has neither: a port writes constants
+        available, current = "True", "0"
     rows = [
         Row("x.cuda()", "translated", "x.cuda()", "x.cpu()" if cpu else f"x.to('{v}:0')"),
         Row("x.to('cuda', non_blocking=True)", "translated", "x.to('cuda', non_blocking=True)",
@@ -80,9 +85,8 @@ def rows_for(target: str) -> List[Row]:
         Row("torch.randn(4, 4, device='cuda')", "translated", "torch.randn(4, 4, device='cuda')",
             f"torch.randn(4, 4, device='{v}')"),
         Row("x.is_cuda", "getter", "x.is_cuda", f"x.is_{v}"),
-        Row("torch.cuda.is_available()", "translated", "torch.cuda.is_available()", f"torch.{v}.is_available()"),
-        Row("torch.cuda.current_device()", "translated", "torch.cuda.current_device()",
-            f"torch.{v}.current_device()"),
+        Row("torch.cuda.is_available()", "translated", "torch.cuda.is_available()", available),
+        Row("torch.cuda.current_device()", "translated", "torch.cuda.current_device()", current),
         Row("x.to(torch.float16)", "untouched", "x.to(torch.float16)", "x.to(torch.float16)"),
         Row("torch.zeros(4)", "untouched", "torch.zeros(4)", "torch.zeros(4)"),
         Row("model.to(torch.bfloat16)", "untouched", "model.to(torch.bfloat16)", "model.to(torch.bfloat16)"),
@@ -104,7 +108,8 @@ def _namespace(target: str) -> Dict[str, Any]:
     x = h.to(dev0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(dev0)
     model.to(torch.bfloat16)
-    native_to = torch._C.TensorBase.to
+    tensor_base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch 2.0 names it _TensorBase
+    native_to = tensor_base.to
 
     def floor(tensor, device):
         return native_to(tensor, device)

@@ -80,17 +80,24 @@ def _functions(target: str):
 
 
 def _explain(fn, x) -> Dict[str, Any]:
-    import torch
+    import inspect
+
+    import torch._dynamo
 
     torch._dynamo.reset()
-    ex = torch._dynamo.explain(fn)(x)
-    reasons = [str(getattr(b, "reason", b)).strip().splitlines()[0][:300] for b in ex.break_reasons]
-    return {"graphs": ex.graph_count, "graph_breaks": len(ex.break_reasons), "ops": ex.op_count,
+    if "extra_args" not in inspect.signature(torch._dynamo.explain).parameters:  # torch 2.0: explain(f, *args)
+        _, _, graphs, ops_per_graph, break_reasons, _ = torch._dynamo.explain(fn, x)
+        graph_count, op_count = len(graphs), sum(len(ops) for ops in ops_per_graph)
+    else:
+        ex = torch._dynamo.explain(fn)(x)
+        graph_count, op_count, break_reasons = ex.graph_count, ex.op_count, ex.break_reasons
+    reasons = [str(getattr(b, "reason", b)).strip().splitlines()[0][:300] for b in break_reasons]
+    return {"graphs": graph_count, "graph_breaks": len(break_reasons), "ops": op_count,
             "break_reasons": reasons}
 
 
 def _fullgraph(fn, x, backend: str) -> Dict[str, Any]:
-    import torch
+    import torch._dynamo
 
     torch._dynamo.reset()
     start = time.perf_counter()
@@ -111,7 +118,7 @@ def run_target(target: str, quick: bool) -> Dict[str, Any]:
     unavailable = C.enter_child(target)
     if unavailable:
         return unavailable
-    import torch
+    import torch._dynamo
 
     import transfer
 

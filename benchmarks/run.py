@@ -164,10 +164,14 @@ def main(argv: List[str] = None) -> int:
     results["meta"]["targets_missed"] = report.targets_missed(results)
     results["meta"]["findings"] = report.findings(results)
     C.write_json(json_path, results)
-    report.chart(results, png_path)
+    try:
+        report.chart(results, png_path)
+        written = f"{json_path} and {png_path}"
+    except ImportError as exc:  # matplotlib is the optional `bench` extra: the numbers stand without it
+        written = f"{json_path} (no chart: {exc}; pip install matplotlib, or transfer[bench], draws it)"
     print()
     print(report.table(results))
-    print(f"\nwrote {json_path} and {png_path} in {results['meta']['seconds']:.0f}s")
+    print(f"\nwrote {written} in {results['meta']['seconds']:.0f}s")
     return 0
 
 

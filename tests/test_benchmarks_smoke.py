@@ -45,6 +45,7 @@ def quick_run(tmp_path_factory):
 
 def test_every_family_present(quick_run):
     data, _, stdout = quick_run
+    assert ("calls.png in" if _has_matplotlib() else "no chart: No module named 'matplotlib'") in stdout, stdout
     for family in FAMILIES:
         assert family in data, family
         assert "traceback" not in data[family], data[family].get("traceback")
@@ -135,6 +136,15 @@ def test_calllog_ratio(quick_run):
     assert "6. TRANSFER_LOG cost" in stdout
 
 
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_matplotlib(), reason="matplotlib (the optional `bench` extra) is not installed")
 def test_chart_written(quick_run):
     _, out, _ = quick_run
     png = out / "calls.png"

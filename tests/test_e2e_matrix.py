@@ -157,10 +157,22 @@ def _has_fully_shard() -> bool:
     return True
 
 
+def _has_device_mesh_and_dtensor() -> bool:
+    try:
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+        from torch.distributed.tensor import Shard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _param(cell: Cell):
     marks = compat_and_standin_marks(cell)
     if cell.script == "fsdp2" and not _has_fully_shard():
         marks.append(pytest.mark.skip(reason="this torch has no fully_shard (FSDP2)"))
+    if cell.script == "tp" and not _has_device_mesh_and_dtensor():
+        marks.append(pytest.mark.skip(reason="this torch has no torch.distributed.device_mesh.init_device_mesh "
+                                             "or torch.distributed.tensor (tensor parallel)"))
     return pytest.param(cell, marks=marks, id=cell.id)
 
 

@@ -15,11 +15,13 @@ import inspect
 import json
 import os
 import textwrap
+import typing
 
 import pytest
 import torch
 
 from conftest import VENDORS, clean_env, free_port, python
+from test_e2e_matrix import NO_STANDINS, STANDINS
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
 
@@ -94,6 +96,7 @@ SCRIPTED_ON_VENDOR = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 @pytest.mark.parametrize("vendor", ["sdaa", "gcu"])
 def test_scripted_cuda_device_runs_on_the_vendor_device(vendor, tmp_path):
     script = tmp_path / "scripted.py"
@@ -115,11 +118,15 @@ def test_missing_cuda_classes_stay_classes(cpu_target):
     classes = [r for r in cpu_target._active.registry.records()
                if r.name.startswith("cuda_namespace.") and inspect.isclass(r.original)]
     missing = [r.attribute for r in classes if not hasattr(cpu_runtime, r.attribute)]
-    assert {"CUDAGraph", "graph", "MemPool", "ExternalStream"} <= set(missing), missing
+    expected = {name for name in ("CUDAGraph", "graph", "MemPool", "ExternalStream") if name in vars(torch.cuda)}
+    assert expected >= {"CUDAGraph", "graph", "ExternalStream"}  # torch.cuda.MemPool starts at 2.5
+    assert expected <= set(missing), missing
     for name in missing:
         cls = getattr(torch.cuda, name)
         assert inspect.isclass(cls), name
-        assert (cls | None) == (cls | None)  # usable in annotations evaluated at import
+        assert typing.Optional[cls] == typing.Optional[cls]  # usable in annotations evaluated at import
+        if hasattr(type, "__or__"):  # X | None needs Python 3.10
+            assert (cls | None) == (cls | None)
         assert not isinstance(object(), cls)
         with pytest.raises(UnsupportedCudaAPI, match=f"torch.cuda.{name} is not supported"):
             cls()
@@ -168,6 +175,8 @@ LIGHTNING_INIT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif("device_id" not in inspect.signature(torch.distributed.init_process_group).parameters,
+                    reason="this torch's init_process_group has no device_id parameter, which Lightning passes")
 def test_lightning_device_id_on_the_cpu_target(tmp_path):
     script = tmp_path / "init.py"
     script.write_text(LIGHTNING_INIT)
@@ -203,6 +212,7 @@ MESH_WITHOUT_SET_DEVICE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 @pytest.mark.parametrize("disable", ["", "distributed.set_device_before_init"])
 def test_tccl_device_is_set_for_groups_torch_creates(disable, tmp_path):
     script = tmp_path / "mesh.py"

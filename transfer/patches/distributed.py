@@ -145,12 +145,15 @@ def _creator_rank(args) -> int:
 
 
 def _explain(exc: BaseException, ctx, asked, used) -> None:
-    if not hasattr(exc, "add_note"):  # Python < 3.11
-        return
+    """Attach to `exc` a note naming what transfer changed (on stderr where Python has no notes)."""
     changes = ", ".join(f"{k}={v}" for k, v in ctx.env_changes.items()) or "none"
-    exc.add_note(f"transfer: init_process_group ran with backend {used!r} (the script asked for {asked!r}); "
-                 f"environment variables set by transfer: {changes}. "
-                 f"TRANSFER_DISABLE=distributed leaves init_process_group untranslated.")
+    note = (f"transfer: init_process_group ran with backend {used!r} (the script asked for {asked!r}); "
+            f"environment variables set by transfer: {changes}. "
+            f"TRANSFER_DISABLE=distributed leaves init_process_group untranslated.")
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python < 3.11 has no exception notes: say it on stderr, just before the traceback
+        logger.warning("%s", note)
 
 
 def _select_device_for_rank(ctx, rank) -> None:

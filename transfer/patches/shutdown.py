@@ -48,7 +48,9 @@ runs after the atexit hooks of user code (which may still train) and before
 those registered earlier; uninstall unregisters it. No ``os._exit``: the exit
 code, later atexit hooks and stream flushing behave as usual.
 
-Not covered: backward passes run from other Python threads (their contexts
+Not covered: on torch 2.0, whose backward copies no Context, the drain only releases the GIL once
+(a thread already waiting for it gets it; a collective still running at exit is not waited for);
+backward passes run from other Python threads (their contexts
 do not start from the main one) and Python objects other than the Context
 (torch function modes, saved-tensor hooks) captured by collectives.
 """
@@ -107,6 +109,8 @@ def drain(ref, timeout: float = DRAIN_TIMEOUT_S) -> bool:
     Returns True when the sentinel was freed within `timeout` seconds.
     """
     _SENTINEL.set(None)  # from now on only copies made by backward passes hold it
+    # torch 2.0 copies no Context in backward: nothing shows a thread waiting for the GIL, so yield it once.
+    time.sleep(0.001)
     if ref() is None:
         return True
     start = time.monotonic()
