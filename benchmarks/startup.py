@@ -321,21 +321,27 @@ def measure(targets, quick: bool, log=print) -> Dict[str, Any]:
             probes[name] = {k: v for k, v in got.items() if k != "ms"}
             return got["ms"]
 
-        log("  startup: torch._import_device_backends() ...")
-        samples = {name: [] for name in pythons}
-        names = list(pythons)
-        for _ in range(cfg["backends_runs"]):
-            rng.shuffle(names)
-            for name in names:
-                samples[name].append(backends(name, pythons[name]))
-        result["environments"] = probes
-        wrong = [n for n, p in probes.items() if p["loaded_before"] or p["transfer_loaded"] != (n != "none")
-                 or (n == "wheel" and not str(p["transfer_file"]).startswith(root))
-                 or p["editable_finder"] != (n == "editable")]
-        if wrong:
-            result["status"] = f"error: environments {wrong} not as intended: {probes}"
-            return result
-        result["device_backends"] = _compare(samples)
+        import torch
+
+        if hasattr(torch, "_import_device_backends"):
+            log("  startup: torch._import_device_backends() ...")
+            samples = {name: [] for name in pythons}
+            names = list(pythons)
+            for _ in range(cfg["backends_runs"]):
+                rng.shuffle(names)
+                for name in names:
+                    samples[name].append(backends(name, pythons[name]))
+            result["environments"] = probes
+            wrong = [n for n, p in probes.items() if p["loaded_before"] or p["transfer_loaded"] != (n != "none")
+                     or (n == "wheel" and not str(p["transfer_file"]).startswith(root))
+                     or p["editable_finder"] != (n == "editable")]
+            if wrong:
+                result["status"] = f"error: environments {wrong} not as intended: {probes}"
+                return result
+            result["device_backends"] = _compare(samples)
+        else:  # torch < 2.5: no device-backend autoload; transfer starts through its .pth gate only
+            result["device_backends"] = {"status": f"unavailable: torch {torch.__version__} has no device-backend "
+                                                  "autoload (torch 2.5+); transfer.pth is its only start-up cost"}
         log("  startup: python -c pass ...")
         result["python_pass"] = _compare(_rotate(pythons, cfg["pass_runs"],
                                                  lambda py: _wall([py, "-c", "pass"], env, cwd), rng))
