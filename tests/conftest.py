@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # nox sessions run this suite from a copy of tests/ outside the checkout against the installed wheel.
@@ -15,6 +16,11 @@ INSTALLED = os.environ.get("TESTING_INSTALLED_TRANSFER") == "1"
 VENDORS = os.path.join(ROOT, "tests", "vendors")
 EXAMPLES = os.path.join(ROOT, "examples")
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
+
+#: A vendor stand-in needs torch's PrivateUse1 mechanism, as a real plug-in does (torch_npu starts at 2.1).
+STANDINS = hasattr(torch.utils, "generate_methods_for_privateuse1_backend")  # torch 2.0 has none
+NO_STANDINS = (f"torch {torch.__version__} has no PrivateUse1 mechanism (hooks interface, "
+               "generate_methods_for_privateuse1_backend), so no vendor plug-in or stand-in exists for it")
 
 
 @pytest.fixture

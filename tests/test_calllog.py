@@ -13,8 +13,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import EXAMPLES, INSTALLED, ROOT, SCRIPTS, clean_env
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, clean_env
 
 # train_cuda.py --epochs 2, cpu target. One record per (API, line), whatever the loop count:
 #  49 torch.cuda.is_available; 54 torch.cuda.manual_seed_all; 57 torch.cuda.set_device;

@@ -73,7 +73,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conftest import EXAMPLES, SCRIPTS, VENDORS, clean_env, console_script, free_port, full_batch_reference, kill_group
+from conftest import (EXAMPLES, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, free_port,
+                      full_batch_reference, kill_group)
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
@@ -100,11 +101,7 @@ class Cell:
         return "-".join(p for p in (self.script, self.profile, self.way, self.variant) if p)
 
 
-#: A vendor stand-in needs torch's PrivateUse1 mechanism, as a real plug-in does (torch_npu starts at 2.1).
-STANDINS = hasattr(torch.utils, "generate_methods_for_privateuse1_backend")  # torch 2.0 has none
-NO_STANDINS = (f"torch {torch.__version__} has no PrivateUse1 mechanism (hooks interface, "
-               "generate_methods_for_privateuse1_backend), so no vendor plug-in or stand-in exists for it; "
-               "the compat suite runs this cell's cpu-target equivalent instead")
+CELL_NO_STANDINS = NO_STANDINS + "; the compat suite runs this cell's cpu-target equivalent instead"
 
 # Heaviest first: the pool starts them in this order.
 CELLS = [
@@ -460,7 +457,7 @@ CPU_EQUIVALENTS = {"ddp-sdaa-env": "ddp-cpu-runner", "train-npu-env": "train-cpu
 def compat_and_standin_marks(cell: Cell) -> list:
     compat = cell.id in COMPAT_CELLS or (not STANDINS and cell.id in CPU_EQUIVALENTS.values())
     return ([pytest.mark.compat] if compat else []) + \
-        ([] if cell.profile == "cpu" else [pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)])
+        ([] if cell.profile == "cpu" else [pytest.mark.skipif(not STANDINS, reason=CELL_NO_STANDINS)])
 
 
 @pytest.mark.parametrize("cell", [_param(c) for c in CELLS])

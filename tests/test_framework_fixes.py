@@ -20,8 +20,7 @@ import typing
 import pytest
 import torch
 
-from conftest import VENDORS, clean_env, free_port, python
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import NO_STANDINS, STANDINS, VENDORS, clean_env, free_port, python
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
 

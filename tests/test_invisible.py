@@ -14,8 +14,7 @@ import types
 import pytest
 import torch
 
-from conftest import ROOT, SCRIPTS, VENDORS, clean_env, python
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, python
 from transfer.devices import InvalidDeviceError
 
 #: Natively picklable generators: torch 2.0's Generator has no __reduce__/__setstate__, so

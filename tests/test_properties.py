@@ -17,8 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, VENDORS, clean_env, python
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import NO_STANDINS, ROOT, STANDINS, VENDORS, clean_env, python
 
 settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

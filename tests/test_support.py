@@ -16,7 +16,7 @@ from transfer.patches import PatchContext, cuda_namespace
 from transfer.profiles import PROFILES
 from transfer.registry import Registry
 
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import NO_STANDINS, STANDINS
 
 
 def _vendor_module(profile):

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import NO_STANDINS, STANDINS
 
 needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 
@@ -398,6 +398,7 @@ def test_exit_code_atexit_and_stats_preserved(extension, tmp_path):
     assert data == {"vendor": "npu", "backend": "hccl", "collectives": {}, "device_indices": [2]}, data
 
 
+@pytest.mark.compat  # CI runs it on torch 2.0.1, the one torch of the CI pairs without PrivateUse1
 @pytest.mark.skipif(STANDINS, reason=f"torch {torch.__version__} has the PrivateUse1 mechanism the stand-ins use")
 def test_stand_in_on_a_torch_without_privateuse1_is_a_clear_import_error():
     code = "try:\n    import torch_sdaa\nexcept ImportError as exc:\n    print('IMPORT_ERROR', exc)\n"

@@ -5,8 +5,7 @@ import sys
 
 import pytest
 
-from conftest import SCRIPTS, VENDORS, clean_env, python, run
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, python, run
 
 pytestmark = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)  # every test here runs a stand-in
 
