@@ -310,9 +310,6 @@ def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
 
     def classify(args, kwargs):
         """(class, became) if the call is CUDA-facing, else None."""
-        if api.startswith("torch.cuda."):
-            entry = _support(log, api)
-            return entry.cls, entry.to or entry.cls
         if api == "Tensor.cuda":
             device = args[1] if len(args) > 1 else kwargs.get("device")
             return _support(log, api).cls, f"Tensor.to({target.translate('cuda' if device is None else device, False)})"
@@ -385,31 +382,40 @@ def _logging_wrapper(log: CallLog, api: str, replacement: PathWrapper) -> PathWr
     return PathWrapper(original, wrapper, replacement._self_home_owner, replacement._self_home_attribute)
 
 
-def _bind(fn: Callable, args: tuple, kwargs: dict) -> Optional[Dict[str, Any]]:
+def _signature(fn: Callable) -> Optional[inspect.Signature]:
     try:
-        bound = inspect.signature(fn).bind_partial(*args, **kwargs)
+        return inspect.signature(fn)
     except (TypeError, ValueError):
         return None
+
+
+def _bind(signature: Optional[inspect.Signature], args: tuple, kwargs: dict) -> Optional[Dict[str, Any]]:
+    if signature is None:
+        return None
+    try:
+        bound = signature.bind_partial(*args, **kwargs)
+    except TypeError:
+        return None
     named = dict(bound.arguments)
-    for key, value in list(named.items()):  # **kwargs parameters: their items by name
-        if inspect.signature(fn).parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+    for key in list(named):  # **kwargs parameters: their items by name
+        if signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
             named.update(named.pop(key))
     return named
 
 
-def _default(fn: Callable, key: str) -> Any:
-    try:
-        default = inspect.signature(fn).parameters[key].default
-    except (TypeError, ValueError, KeyError):
+def _default(signature: Optional[inspect.Signature], key: str) -> Any:
+    parameter = signature.parameters.get(key) if signature is not None else None
+    if parameter is None or parameter.default is inspect.Parameter.empty:
         return _UNSET
-    return _UNSET if default is inspect.Parameter.empty else default
+    return parameter.default
 
 
 def _changes(fn: Callable, args: tuple, kwargs: dict, passed: list, where: str) -> List[str]:
     """What the patch changed in the call it passed on: ``name=old -> new`` / ``name=old dropped``."""
     if not passed:
         return []
-    before, after = _bind(fn, args, kwargs), _bind(fn, *passed[0])
+    signature = _signature(fn)  # one for both bindings and the defaults
+    before, after = _bind(signature, args, kwargs), _bind(signature, *passed[0])
     if before is None or after is None:
         return [] if (args, kwargs) == passed[0] else [f"({_args(args, kwargs)}) -> ({_args(*passed[0])})"]
     out = []
@@ -418,7 +424,7 @@ def _changes(fn: Callable, args: tuple, kwargs: dict, passed: list, where: str) 
         if old is new or (type(old) is type(new) and _same(old, new)):
             continue
         if old is _UNSET:
-            if not _same(new, _default(fn, key)):  # an explicit default is no change
+            if not _same(new, _default(signature, key)):  # an explicit default is no change
                 out.append(f"{key}={_short(new)} added")
         elif new is None or new is _UNSET:
             out.append(f"{key}={_short(old)} dropped on {where}")
@@ -441,7 +447,7 @@ def _wrapper_verdict(log: CallLog, api: str, wrapped, instance, args, kwargs, pa
     profile = log.ctx.profile
     if api == "DataParallel":
         ids = getattr(instance, "device_ids", None)
-        asked = _bind(wrapped, args, kwargs) or {}
+        asked = _bind(_signature(wrapped), args, kwargs) or {}
         if not ids:
             became = "runs the bare module (no device)"
         else:
