@@ -13,8 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import EXAMPLES, INSTALLED, ROOT, SCRIPTS, VENDORS, clean_env, free_port
-from test_e2e_matrix import NO_STANDINS, STANDINS
+from conftest import EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, free_port
 
 FIXTURES = os.path.join(ROOT, "tests", "migrate_fixtures")
 
@@ -289,3 +288,7 @@ def test_port_main_must_be_ported_and_not_with_diff(tmp_path):
     with_diff = cli("port", EXAMPLES, "--device", "npu", "--diff", "--main", os.path.join(EXAMPLES, "train_cuda.py"),
                     check=False)
     assert with_diff.returncode == 2 and "--diff writes nothing" in with_diff.stderr
+    broken = os.path.join(FIXTURES, "tree", "broken.py")
+    unparsable = cli("port", broken, "--device", "npu", "--main", broken, "--out", str(tmp_path / "b"), check=False)
+    assert unparsable.returncode == 1 and "no launch script, the entry script could not be parsed" in unparsable.stderr
+    assert not (tmp_path / "b" / "run_distributed_npu.sh").exists()

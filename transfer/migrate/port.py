@@ -354,17 +354,19 @@ class _Porter(cst.CSTTransformer):
         if not self.profile.set_device_before_init or len(original) != len(body):
             return body
         init = next((i for i, s in enumerate(original) if _calls(s, "init_process_group")), None)
-        if init is None or any(_set_device(s) is not None for s in original[:init]):
+        if init is None:
             return body
-        later = next((j for j in range(init + 1, len(original)) if _set_device(original[j]) is not None), None)
+        set_devices = [_set_device(s) for s in original]
+        if any(set_devices[:init]):
+            return body
+        later = next((j for j in range(init + 1, len(original)) if set_devices[j] is not None), None)
         if later is None:
             return body  # the device is set elsewhere (a caller, a helper): nothing to see here
-        call = _set_device(original[later])
+        call = set_devices[later]
         read = {n.value for n in _all(cst.Name, call)}
         assigned = set().union(*(_assigned(s) for s in original[init:later]))
-        if read & assigned or any(_dotted(c.func) and ("distributed" in _dotted(c.func) or "get_rank" in _dotted(c.func)
-                                                         or _dotted(c.func).startswith("dist."))
-                                  for c in _all(cst.Call, call.args)):
+        called = [_dotted(c.func) or "" for c in _all(cst.Call, call.args)]
+        if read & assigned or any("distributed" in n or "get_rank" in n or n.startswith("dist.") for n in called):
             self.note(original[later], "UNSUPPORTED", f"{self.profile.backend} needs the device set before "
                       f"init_process_group: call torch.{self.dev}.set_device(local_rank) before it",
                       api="torch.distributed.init_process_group")

@@ -181,13 +181,14 @@ class _Scanner(ast.NodeVisitor):
                 self.visit(value.value)
 
     def _device_api(self, node: ast.AST) -> str:
-        parent = getattr(node, "_parent", None)
-        if isinstance(parent, ast.keyword) and parent.arg == "device":
-            parent = getattr(parent, "_parent", None)
-        elif not (isinstance(parent, ast.Call) and node in parent.args[:1]):
-            return "device='cuda'"
-        return _DEVICE_CALL_ROWS.get(self.qualified(parent.func) or "", "device='cuda'") \
-            if isinstance(parent, ast.Call) else "device='cuda'"
+        call = getattr(node, "_parent", None)
+        if isinstance(call, ast.keyword) and call.arg == "device":
+            call = getattr(call, "_parent", None)  # a Call, or a class statement's keywords
+        elif not (isinstance(call, ast.Call) and node in call.args[:1]):
+            call = None
+        if isinstance(call, ast.Call):
+            return _DEVICE_CALL_ROWS.get(self.qualified(call.func) or "", "device='cuda'")
+        return "device='cuda'"
 
 
 def scan_source(text: str, path: str = "<string>") -> List[Finding]:

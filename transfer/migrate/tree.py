@@ -69,9 +69,11 @@ def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optiona
         entry = next(((root, path) for root, path in files if os.path.abspath(path) == os.path.abspath(main)), None)
         if entry is None:
             raise ValueError(f"--main {main}: not among the files being ported; give a .py file under SRC")
+    folder = out or os.getcwd()  # where the reports and the launch script go (not with diff)
     transformed, skipped, failed, changes, unsupported = [], [], [], [], []
     unsafe_skipped = 0
     log: List[str] = []
+    main_ported = None  # (where the entry script now is, its ported text)
     for root, path in files:
         rel = os.path.relpath(path, root)
         destination = os.path.join(out, rel) if out else None
@@ -108,18 +110,21 @@ def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optiona
                 _write(path, result.text, encoding)
         elif destination:
             _write(destination, result.text, encoding)
+        if entry is not None and path == entry[1]:
+            main_ported = (destination or path, result.text)
     launcher = None
-    if entry is not None:
-        root, path = entry
-        folder = out or os.getcwd()
+    if entry is not None and main_ported is None:
+        log.append(f"{main}: no launch script, the entry script could not be parsed")
+        if errors is not None:
+            errors.write(log[-1] + "\n")
+    elif main_ported is not None:
+        where, text = main_ported
         launcher = os.path.join(folder, launch.script_name(profile))
-        main_rel = os.path.relpath(os.path.join(out, os.path.relpath(path, root)) if out else path, folder)
-        text, _ = source.read(os.path.join(out, os.path.relpath(path, root)) if out else path)
-        _write(launcher, launch.render(profile, main_rel.replace(os.sep, "/"), text), "utf-8")
+        main_rel = os.path.relpath(where, folder).replace(os.sep, "/")
+        _write(launcher, launch.render(profile, main_rel, text), "utf-8")
         os.chmod(launcher, 0o755)
     outcome = Outcome(transformed, skipped, failed, changes, unsafe_skipped, unsupported, launcher)
     if diff is None:
-        folder = out or os.getcwd()
         write_csv(os.path.join(folder, "change_list.csv"), CHANGE_COLUMNS, [list(c)[:5] for c in changes])
         write_csv(os.path.join(folder, "unsupported_api.csv"), UNSUPPORTED_COLUMNS, unsupported)
         _write(os.path.join(folder, "port.log"), "\n".join(log + [outcome.summary()]) + "\n", "utf-8")
