@@ -48,11 +48,12 @@ runs after the atexit hooks of user code (which may still train) and before
 those registered earlier; uninstall unregisters it. No ``os._exit``: the exit
 code, later atexit hooks and stream flushing behave as usual.
 
-Not covered: on torch 2.0, whose backward copies no Context, the drain only releases the GIL once
-(a thread already waiting for it gets it; a collective still running at exit is not waited for);
-backward passes run from other Python threads (their contexts
-do not start from the main one) and Python objects other than the Context
-(torch function modes, saved-tensor hooks) captured by collectives.
+Not covered: on torch 2.0, whose backward copies no Context, the drain only
+releases the GIL once (a thread already waiting for it gets it; a collective
+still running at exit is not waited for); backward passes run from other
+Python threads (their contexts do not start from the main one) and Python
+objects other than the Context (torch function modes, saved-tensor hooks)
+captured by collectives.
 """
 
 from __future__ import annotations
