@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -90,10 +91,21 @@ def full_batch_reference():
     return _full_batch
 
 
+_GIVEN_PORTS = set()
+_GIVEN_LOCK = threading.Lock()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port, never one this process handed out before: the OS gives a port back as soon as
+    the probe closes, so two jobs started together (a thread pool) could otherwise share one."""
+    with _GIVEN_LOCK:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _GIVEN_PORTS:
+                _GIVEN_PORTS.add(port)
+                return port
 
 
 def clean_env(**extra):
