@@ -27,6 +27,7 @@ logger = logging.getLogger("transfer")
 _lock = threading.RLock()
 _active: Optional[Any] = None  # the PatchContext of the installed target
 _outcome: Dict[str, Any] = {"active": False, "reason": "not installed"}
+_exported: Optional[tuple] = None  # (name exported as TRANSFER_DEVICE, the value it replaced or None)
 
 
 def __getattr__(name: str) -> Any:
@@ -87,8 +88,38 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
             return status()
         _active = _apply(profile, registry)
         _outcome = {"active": True, "reason": why}
+        _export_choice(profile.name)
         _banner(_active)
         return status()
+
+
+def _export_choice(name: str) -> None:
+    """Make the processes this one starts (mp.spawn workers, subprocesses) choose `name` too.
+
+    The environment way in reaches every child through TRANSFER_DEVICE (transfer.pth, the
+    torch.backends entry point, transfer-run's bootstrap); a choice made in code is exported the
+    same way, so a worker whose entry module never calls install() is translated as its parent.
+    `uninstall` puts the previous value back.
+    """
+    global _exported
+    previous = os.environ.get("TRANSFER_DEVICE")
+    if previous is not None and previous.strip().lower() == name:
+        return
+    os.environ["TRANSFER_DEVICE"] = name
+    _exported = (name, previous)
+
+
+def _unexport_choice() -> None:
+    global _exported
+    if _exported is None:
+        return
+    (name, previous), _exported = _exported, None
+    if os.environ.get("TRANSFER_DEVICE") != name:
+        return  # changed since by someone else: theirs now
+    if previous is None:
+        del os.environ["TRANSFER_DEVICE"]
+    else:
+        os.environ["TRANSFER_DEVICE"] = previous
 
 
 def _apply(profile, registry):
@@ -148,6 +179,7 @@ def uninstall() -> None:
             try:
                 ctx.registry.revert_all()
             finally:
+                _unexport_choice()
                 _forget_compiled_code()
         _outcome = {"active": False, "reason": "uninstalled"}
 
