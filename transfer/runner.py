@@ -5,6 +5,13 @@ PYTHONPATH, sets TRANSFER_DEVICE and execs CMD, so every Python process the
 command starts (torchrun's workers, mp.spawn children) activates transfer when
 it imports torch, with no change to the script. The bootstrap chains to the
 user's own sitecustomize.
+
+Only the bootstrap directory is added: entries on PYTHONPATH come before the
+standard library in every process of the job, so adding the directory that
+holds transfer (site-packages) would put every installed package ahead of the
+standard library (a `typing` or `enum` backport there would shadow Python's
+own). The interpreters of the job import transfer as they import anything
+else; one that cannot says so on stderr (the bootstrap).
 """
 
 from __future__ import annotations
@@ -15,7 +22,6 @@ import sys
 from typing import List, MutableMapping, Optional
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) -> None:
@@ -23,12 +29,8 @@ def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) ->
     from .selection import requested
 
     env["TRANSFER_DEVICE"] = requested(device or env.get("TRANSFER_DEVICE"))
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    for entry in (PACKAGE_PARENT, BOOTSTRAP_DIR):  # bootstrap ends up first
-        if entry in parts:
-            parts.remove(entry)
-        parts.insert(0, entry)
-    env["PYTHONPATH"] = os.pathsep.join(parts)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *parts])
 
 
 def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
