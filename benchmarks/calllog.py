@@ -100,8 +100,8 @@ def child(target: str, quick: bool, repeats: int = 0) -> Dict[str, Any]:
     shutil.rmtree(logdir, ignore_errors=True)
     from transfer import calllog
 
-    calllog._LOGS.clear()  # its directory is gone: no exit summary naming it
-    if logged != ["transfer-log-rank0.jsonl"]:
+    calllog.forget_process_log()  # its directory is gone: no exit summary naming it
+    if logged != [f"transfer-log-pid{os.getpid()}.jsonl"]:  # a process without a rank (yet): named by its pid
         raise RuntimeError(f"the 'on' arm wrote {logged} instead of one log file")
     record = C.ratio_record(times["on"], times["off"], ratios, TARGET, unit_scale=1e3)
     ctl = C.summary(control)

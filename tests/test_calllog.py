@@ -196,3 +196,38 @@ def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(i
                 ((r.name, r) for r in records) if name in originals}
     assert {n for n in originals if restored.get(n) is not originals[n]} == set()
     assert not hasattr(torch.nn.SyncBatchNorm.__init__, "__wrapped__")  # the watch on SyncBatchNorm is gone too
+
+
+def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summary(tmp_path):
+    """Under mp.spawn the parent and both workers used to write transfer-log-rank0.jsonl, rank 0 in
+    every record, and three summaries printed. Each worker logs under the rank init_process_group
+    gave it (its record from before init_process_group included), the parent, which has no rank, in
+    transfer-log-main.jsonl, and the job prints one summary."""
+    from conftest import free_port
+
+    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
+                    TRANSFER_CPU_DEVICES="2")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        env.pop(name, None)
+    if not INSTALLED:
+        env["PYTHONPATH"] = ROOT
+    script = os.path.join(SCRIPTS, "spawn_logged.py")
+    proc = subprocess.run([sys.executable, script, str(free_port())], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split("\n"))[-2:] == ["rank 0: 2.0", "rank 1: 2.0"], proc.stdout
+    assert sorted(os.listdir(tmp_path / "log")) == ["transfer-log-main.jsonl", "transfer-log-rank0.jsonl",
+                                                    "transfer-log-rank1.jsonl"]
+    pids = set()
+    for rank in (0, 1):
+        records = _records(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl")
+        assert {r["rank"] for r in records} == {rank}, records
+        by_call = {r["call"].split("(", 1)[0]: r for r in records}
+        assert {"torch.cuda.is_available", "torch.distributed.init_process_group", "torch.cuda.set_device",
+                "Tensor.cuda"} <= set(by_call), records
+        assert by_call["torch.cuda.set_device"]["call"] == f"torch.cuda.set_device({rank})"
+        pids |= {r["pid"] for r in records}
+    main = _records(tmp_path / "log" / "transfer-log-main.jsonl")
+    assert [(r["call"], r["rank"]) for r in main] == [("torch.cuda.device_count()", None)], main
+    assert len(pids | {r["pid"] for r in main}) == 3  # three processes, one file each
+    assert proc.stderr.count("CUDA-facing call site(s) logged") == 1, proc.stderr
