@@ -76,11 +76,11 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
                     f"call transfer.uninstall() before installing '{wanted}'"
                 )
             return status()
-        from .patches.environment import set_visible_devices
+        from .patches.environment import before_vendor_import
         from .registry import Registry
 
         registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
-        profile, why = selection.select(wanted, prepare=lambda p: set_visible_devices(registry, p))
+        profile, why = selection.select(wanted, prepare=lambda p: before_vendor_import(registry, p))
         if profile is None:
             _outcome = {"active": False, "reason": why}
             if why == selection.NATIVE_CUDA:
