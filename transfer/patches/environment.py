@@ -134,19 +134,23 @@ class Environment:
         if not new or not _rank_zero():
             return
         self.unsupported.update(new)
+        launcher = [n for n in new if _launcher_default(n, current[n])]
+        new = [n for n in new if n not in launcher]
         devices = [n for n in new if envvars.moment(n) == envvars.DEVICES]
-        collectives = [n for n in new if n not in devices]
+        groups = ((devices, f"on the {self.profile.name} target"),
+                  ([n for n in new if n not in devices], f"for {self.profile.backend}"))
+        for group, where in groups:
+            if group:
+                self.ctx.warn_once(f"environment:{','.join(group)}", self._unsupported_message(group, where))
+        if launcher:  # not the user's setting: said, never an error
+            logger.warning("%s (the launcher's default, set for every worker)",
+                           self._unsupported_message(launcher, f"for {self.profile.backend}"))
+
+    def _unsupported_message(self, names, where: str) -> str:
         generic = f"no known equivalent for {self.profile.backend}"
-        for group, where in ((devices, f"on the {self.profile.name} target"), (collectives, f"for {self.profile.backend}")):
-            if not group:
-                continue
-            reasons = sorted({envvars.classify(self.profile, n).reason for n in group} - {generic})
-            message = "transfer: " + envvars.warning_for_unsupported(group, where) + (
-                f" ({'; '.join(reasons)})" if reasons else "")
-            if all(_launcher_default(n, current[n]) for n in group):
-                logger.warning("%s (a launcher's default, not an error under TRANSFER_STRICT)", message)
-            else:
-                self.ctx.warn_once(f"environment:{','.join(group)}", message)
+        reasons = sorted({envvars.classify(self.profile, n).reason for n in names} - {generic})
+        return "transfer: " + envvars.warning_for_unsupported(names, where) + (
+            f" ({'; '.join(reasons)})" if reasons else "")
 
     # ------------------------------------------------------------ too late
     def _too_late(self, current: Dict[str, str]) -> None:
