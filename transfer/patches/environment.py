@@ -215,10 +215,14 @@ def apply(ctx) -> None:
     if not ctx.profile.is_cpu:
         env.seen[envvars.DEVICES] = {n: os.environ.get(n) for n in envvars._DEVICE_VARIABLES
                                      if os.environ.get(n) is not None}  # the plug-in is imported: it has read them
-    ctx.registry.on_revert("environment.variables", env.undo)
     _before_process_groups(ctx, env)
     atexit.register(env.at_exit)
-    ctx.registry.on_revert("environment.variables", lambda: atexit.unregister(env.at_exit))
+
+    def undo() -> None:
+        atexit.unregister(env.at_exit)
+        env.undo()
+
+    ctx.registry.on_revert("environment.variables", undo)
 
 
 def _before_process_groups(ctx, env: Environment) -> None:

@@ -35,7 +35,7 @@ The cause (gdb on the core of an aborted rank):
 
 The fix: before finalization, wait until no C++ thread still holds such a
 Context, with the GIL released so that a thread waiting for it gets it. To
-know when that is, `apply` wraps ``_engine_run_backward``: while a backward
+know when that is, `apply` wraps ``_engine_run_backward`` (``shutdown.backward``): while a backward
 pass runs, a ContextVar holds a weak-referenceable sentinel, so the Context
 that the backward copies, and every snapshot of it a collective or device
 thread keeps, refers to the sentinel; nothing else does (an asyncio task, a
@@ -122,10 +122,8 @@ def apply(ctx) -> None:
             finally:
                 _SENTINEL.reset(token)
 
-        ctx.registry.replace("shutdown.drain", torch.autograd, "_engine_run_backward", _engine_run_backward)
-        graph = getattr(torch.autograd, "graph", None)
-        if getattr(graph, "_engine_run_backward", None) is original:  # its home: torch.autograd imports it by name
-            ctx.registry.replace("shutdown.drain", graph, "_engine_run_backward", _engine_run_backward)
+        # torch.autograd.backward and grad call the name torch/autograd/__init__.py imported from .graph.
+        ctx.registry.replace("shutdown.backward", torch.autograd, "_engine_run_backward", _engine_run_backward)
 
     def at_exit() -> None:
         drain(state.ref)
