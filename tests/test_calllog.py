@@ -205,10 +205,10 @@ def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summar
     transfer-log-main.jsonl, and the job prints one summary."""
     from conftest import free_port
 
-    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
-                    TRANSFER_CPU_DEVICES="2")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-        env.pop(name, None)
+    from conftest import hermetic_env
+
+    env = hermetic_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
+                       TRANSFER_CPU_DEVICES="2")
     if not INSTALLED:
         env["PYTHONPATH"] = ROOT
     script = os.path.join(SCRIPTS, "spawn_logged.py")

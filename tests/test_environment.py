@@ -37,24 +37,15 @@ import time  # noqa: E402
 
 import pytest  # noqa: E402
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, free_port, kill_group, python  # noqa: E402
+from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, free_port, kill_group, python  # noqa: E402
+from conftest import hermetic_env as hermetic  # noqa: E402
 from transfer import envvars  # noqa: E402
 
 PROBE = os.path.join(SCRIPTS, "env_probe.py")
-#: Everything these tests depend on is set by them: nothing of the sort leaks in from the machine.
-_CLEARED = ("NCCL_", "TORCH_NCCL_", "CUDA_", "GLOO_", "HCCL_", "TORCH_HCCL_", "TCCL_", "ECCL_", "TORCH_ECCL_",
-            "ASCEND_", "SDAA_", "TOPS_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-            "MASTER_", "PYTHONPATH")
 #: What every NVIDIA container image sets (recorded on an H100 image, /work/shared/FACTS.md).
 NVIDIA_IMAGE = {"NCCL_VERSION": "2.28.3-1", "CUDA_VERSION": "13.0.2", "CUDA_HOME": "/usr/local/cuda",
                 "TORCH_CUDA_ARCH_LIST": "9.0", "NVIDIA_VISIBLE_DEVICES": "all",
                 "NVIDIA_DRIVER_CAPABILITIES": "compute,utility", "NV_LIBNCCL_PACKAGE_VERSION": "2.28.3-1"}
-
-
-def hermetic(**extra):
-    env = {k: v for k, v in clean_env().items() if not k.startswith(_CLEARED)}
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 def two_ranks(tmp_path, probe_args, timeout=300, **extra):

@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import transfer
-from conftest import SCRIPTS, clean_env, free_port, kill_group
+from conftest import SCRIPTS, clean_env, free_port, hermetic_env, kill_group
 from transfer.patches import shutdown
 
 RACE = os.path.join(SCRIPTS, "exit_race.py")
@@ -110,7 +110,7 @@ PENDING = os.path.join(SCRIPTS, "exit_pending_task.py")
 def exit_delay(mode, **extra):
     """Run exit_pending_task.py MODE; return (seconds from the script's last line to the process's
     exit, the result). The script prints the wall-clock time as its last act."""
-    env = clean_env(TRANSFER_QUIET=1, **extra)
+    env = hermetic_env(TRANSFER_QUIET=1, **extra)
     proc = subprocess.Popen([sys.executable, PENDING, mode, str(free_port())], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
