@@ -119,7 +119,7 @@ def clean_env(**extra):
 #: Families of variables that change what torch, the collectives or the device runtimes do.
 _MACHINE_SETTINGS = ("NCCL_", "TORCH_NCCL_", "CUDA_", "GLOO_", "HCCL_", "TORCH_HCCL_", "TCCL_", "ECCL_",
                      "TORCH_ECCL_", "ASCEND_", "SDAA_", "TOPS_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-                     "LOCAL_WORLD_SIZE", "MASTER_", "PYTHONPATH")
+                     "LOCAL_WORLD_SIZE", "MASTER_")
 
 
 def hermetic_env(**extra):

@@ -17,7 +17,8 @@ def worker(rank, world_size, port):
     torch.cuda.set_device(rank)
     total = torch.ones(1).cuda()
     dist.all_reduce(total)
-    print(f"rank {rank}: {total.item()}", flush=True)
+    sys.stdout.write(f"rank {rank}: {total.item()}\n")  # one write: the workers share stdout
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
