@@ -10,7 +10,7 @@ the trailing separator: ``site-packages/torchvision/`` and
 part of it. Transfer's own files, the import machinery (``<frozen ...>``) and
 ``typing_extensions`` (whose ``@deprecated`` wraps torch.cuda.amp's old APIs)
 are plumbing: skipped when looking for who called. The verdict is cached per
-code object.
+file name.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ TORCH_DIR = package_dir(torch.__file__)
 PACKAGE_DIR = package_dir(__file__)  # transfer's
 
 TORCH, PLUMBING, USER = "torch", "plumbing", "user"
-_KINDS: Dict[Any, str] = {}  # code object -> kind
+# file name -> kind. Keyed by the name, not the code object: code objects compare equal across
+# files (co_filename is not part of their equality), so one file's verdict would answer for another's.
+_KINDS: Dict[str, str] = {}
 
 
 def file_kind(filename: str) -> str:
@@ -45,9 +47,10 @@ def file_kind(filename: str) -> str:
 
 def kind(code) -> str:
     """`file_kind` of a code object's file, cached."""
-    known = _KINDS.get(code)
+    filename = code.co_filename
+    known = _KINDS.get(filename)
     if known is None:
-        known = _KINDS[code] = file_kind(code.co_filename)
+        known = _KINDS[filename] = file_kind(filename)
     return known
 
 
