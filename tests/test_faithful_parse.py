@@ -195,6 +195,23 @@ def test_every_position_raises_torchs_error_on_the_cpu_target(cpu_target):
     assert check_positions() == []
 
 
+def cuda_of_another_device():
+    """x.cuda('cpu') and x.cuda('meta'): CUDA's C method raises "Invalid device, must be cuda device"."""
+    x = torch.ones(1)
+    out = []
+    for other in ("cpu", torch.device("cpu"), "meta"):
+        try:
+            x.cuda(other)
+            out.append("accepted")
+        except RuntimeError as exc:
+            out.append(str(exc))
+    return out
+
+
+def test_cuda_of_another_device_raises_on_the_cpu_target(cpu_target):
+    assert cuda_of_another_device() == ["Invalid device, must be cuda device"] * 3
+
+
 def test_ddp_device_ids_raise_torchs_error_on_the_cpu_target(cpu_target, tmp_path):
     import torch.distributed as dist
 
@@ -215,6 +232,7 @@ import torch, transfer
 transfer.install("npu")
 import test_faithful_parse as t
 print("WRONG", t.check_positions())
+print("OTHER", t.cuda_of_another_device())
 x = torch.ones(1)
 print("WRAPPED", x.to("cuda:256").device, x.to("cuda:1").device)
 """
@@ -226,6 +244,7 @@ def test_every_position_raises_torchs_error_on_the_npu_stand_in():
     proc = python("-c", STANDIN_POSITIONS.format(tests=os.path.join(ROOT, "tests")), env=env, timeout=300)
     assert "WRONG []" in proc.stdout, proc.stdout + proc.stderr
     assert "WRAPPED npu:0 npu:1" in proc.stdout  # torch.device('cuda:256') is cuda:0
+    assert f"OTHER {['Invalid device, must be cuda device'] * 3}" in proc.stdout
 
 
 # --------------------------------------------------------------------------- whose frame
@@ -373,6 +392,8 @@ print(transfer.report())
 def test_the_substitution_is_said_once(setting):
     """The banner line, status() and report() name the float16 -> bfloat16 substitution, once; none is said
     where no substitution is made."""
+    if setting == "float16" and not _cpu_float16_autocast():
+        pytest.skip(f"torch {torch.__version__} has no float16 CPU autocast")
     env = clean_env(TRANSFER_DEVICE="cpu")
     if setting:
         env["TRANSFER_CPU_AMP_DTYPE"] = setting

@@ -117,8 +117,9 @@ def _storage_cuda(ctx, native):
     translate = ctx.target.translator("Storage.cuda")
 
     def cuda(self, device=None, non_blocking=False):
-        target = translate("cuda" if device is None else device)
-        if type(target) is not torch.device:
+        spec = "cuda" if device is None else device
+        target = translate(spec)
+        if target is spec:  # not a CUDA device
             return native(self, device, non_blocking)
         if target.type == "cpu":
             return self

@@ -46,7 +46,7 @@ def _cuda(ctx):
         nonlocal last
         spec = "cuda" if device is None else device  # None: the current device
         result = translator(spec)
-        if type(result) is not torch.device:
+        if result is spec:
             # Not a CUDA device ('cpu', 'CUDA:0', 'cuda:01'): torch's own C method
             # raises CUDA's error for it ("Invalid device, must be cuda device", the parser's).
             native_cuda(probe, device)
