@@ -311,9 +311,9 @@ class _Porter(cst.CSTTransformer):
         value = _string_value(target.comparator)
         if value is None or not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
             return updated
-        if value.lower() == "cuda":
+        if value == "cuda":  # a device type is lowercase: x.device.type == "CUDA" is False on CUDA too
             new = self.dev
-        elif value.lower() == "nccl":
+        elif value.lower() == "nccl":  # torch's Backend lowercases backend names
             new = self.profile.backend
         else:
             return updated
