@@ -264,12 +264,19 @@ class Registry:
         lowered = {k.lower(): k for k in known}
         problems = []
         for name in unknown:
-            close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
-            hint = f"; did you mean '{lowered[close[0]]}'?" if close else ""
-            area = name.split(".", 1)[0] if "." in name else None
+            area, _, rest = name.partition(".")
+            close_area = difflib.get_close_matches(area, list(areas), n=1, cutoff=0.6) if area not in areas else []
+            if rest and close_area:  # the area is misspelt: keep the rest
+                guess = f"{close_area[0]}.{rest}"
+            else:
+                close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+                guess = lowered[close[0]] if close else None
+            hint = f"; did you mean '{guess}'?" if guess else ""
+            area = area if rest else None
             if area in areas:
                 members = sorted(k for k in self._asked if k.startswith(area + "."))
-                hint += f" The patches of area '{area}' are: {', '.join(members)}."
+                hint += (f" The patches of area '{area}' are: {', '.join(members)}." if members
+                         else f" Area '{area}' has no patches here.")
             problems.append(f"'{name}' is not an area or patch of transfer here{hint}")
         raise TransferError(
             f"TRANSFER_DISABLE={','.join(sorted(self.disabled))}: {' '.join(problems)} "
