@@ -115,8 +115,6 @@ def _module_with_f():
 
 
 def test_revert_leaves_an_attribute_replaced_after_us_and_says_so(caplog):
-    from transfer.registry import revert_left_behind
-
     module, f = _module_with_f()
     reg = Registry()
     ours = reg.replace("t.f", module, "f", lambda x: x + 1).replacement
@@ -132,6 +130,8 @@ def test_revert_leaves_an_attribute_replaced_after_us_and_says_so(caplog):
     assert len(warnings) == 1 and "hygiene_m.f" in warnings[0].getMessage()
     assert "no longer transfer's" in warnings[0].getMessage()
     # Their undo puts back what they found (ours): the original comes back then, without a second warning.
+    from transfer.registry import revert_left_behind
+
     module.f = ours
     caplog.clear()
     revert_left_behind()
@@ -140,8 +140,6 @@ def test_revert_leaves_an_attribute_replaced_after_us_and_says_so(caplog):
 
 def test_revert_leaves_a_chain_that_wraps_our_replacement(caplog):
     import functools
-
-    from transfer.registry import revert_left_behind
 
     module, f = _module_with_f()
     reg = Registry()
@@ -158,14 +156,14 @@ def test_revert_leaves_a_chain_that_wraps_our_replacement(caplog):
     message = caplog.records[-1].getMessage()
     assert "hygiene_m.f" in message and "calls transfer's replacement" in message
     module.f = chained.__wrapped__  # the other patcher undoes its patch
+    from transfer.registry import revert_left_behind
+
     revert_left_behind()
     assert module.f is f
 
 
 def test_revert_leaves_a_wrapt_chain_around_a_wrapt_replacement(caplog):
     import wrapt
-
-    from transfer.registry import revert_left_behind
 
     module, f = _module_with_f()
     reg = Registry()
@@ -178,6 +176,8 @@ def test_revert_leaves_a_wrapt_chain_around_a_wrapt_replacement(caplog):
     assert module.f is later and "calls transfer's replacement" in caplog.records[-1].getMessage()
     module.f = later.__wrapped__
     assert module.f is ours
+    from transfer.registry import revert_left_behind
+
     revert_left_behind()
     assert module.f is f
 
