@@ -117,7 +117,7 @@ def _apply(profile, registry, strict):
     try:
         neighbours.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
-        registry.check_disabled(AREAS)  # every area has asked for its names by now
+        registry.check_disabled(AREAS, f"for the {profile.name} target on torch {torch.__version__}")  # all asked
         if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
             from .calllog import attach
 

@@ -251,11 +251,16 @@ class Registry:
                     count += 1
             return count
 
-    def check_disabled(self, areas: Sequence[str]) -> None:
+    def check_disabled(self, areas: Sequence[str], where: str = "here") -> None:
         """Raise when TRANSFER_DISABLE names something that is neither an area nor a
         name some patch asked about (`enabled`), with the valid names and the
         closest match. A name under a disabled area is accepted: the area's
-        patches never ran to ask. Call it after every patch area has run."""
+        patches never ran to ask. Call it after every patch area has run.
+
+        The vocabulary is this install's: a few patches exist for some targets
+        only (``sync_batchnorm.forward`` on cpu, ``distributed.set_device_before_init``
+        on sdaa) or some torch versions, and naming one elsewhere is an error
+        too (`where` says for which target and torch), as it disables nothing."""
         known = set(areas) | self._asked
         unknown = [n for n in sorted(self.disabled)
                    if n not in known and not (n.split(".", 1)[0] in self.disabled and n.split(".", 1)[0] in areas)]
@@ -277,7 +282,7 @@ class Registry:
                 members = sorted(k for k in self._asked if k.startswith(area + "."))
                 hint += (f" The patches of area '{area}' are: {', '.join(members)}." if members
                          else f" Area '{area}' has no patches here.")
-            problems.append(f"'{name}' is not an area or patch of transfer here{hint}")
+            problems.append(f"'{name}' is not an area or patch of transfer {where}{hint}")
         raise TransferError(
             f"TRANSFER_DISABLE={','.join(sorted(self.disabled))}: {' '.join(problems)} "
             f"The areas are: {', '.join(areas)}; transfer.status()['patches'] lists every patch applied."
