@@ -276,8 +276,9 @@ def _init():
     torch.distributed.init_process_group = _compose_wrappers(_wrapper_cuda, _wrapper_hccl)(
         torch.distributed.init_process_group)
     torch.distributed.is_nccl_available = torch.distributed.is_hccl_available
-    torch.distributed.distributed_c10d._new_group_with_tag = _wrapper_hccl(
-        torch.distributed.distributed_c10d._new_group_with_tag)
+    if hasattr(torch.distributed.distributed_c10d, '_new_group_with_tag'):  # the stand-in also runs on older torch
+        torch.distributed.distributed_c10d._new_group_with_tag = _wrapper_hccl(
+            torch.distributed.distributed_c10d._new_group_with_tag)
 
     # torch.nn.parallel.DistributedDataParallel
     _device_wrapper(torch.nn.parallel.DistributedDataParallel, torch_distributed_fn_white_list)
