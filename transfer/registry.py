@@ -211,8 +211,10 @@ class Registry:
         distributed_c10d), the copy gets the replacement on the shorter module
         path (the public one). Returns the number of copies rebound.
 
-        Cost: a C-level intersection of each module's names with the patched
-        names (about 2 us per module of 120 names here).
+        Cost: one C-level set test per module against the ~140 patched names;
+        5-7 ms with 2,473 modules (103k names) loaded, torch 2.13 with
+        transformers 5.23's Trainer and four model modules, on a busy 2-core
+        machine; first install there takes about 1.1 s.
         """
         with self._lock:
             by_name: Dict[str, Dict[int, Record]] = {}
