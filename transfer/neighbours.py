@@ -51,7 +51,8 @@ def claim(registry, device: str) -> None:
     import torch
 
     other: Optional[Dict[str, Any]] = getattr(torch, MARK, None)
-    if isinstance(other, dict) and other.get("path") != _PATH:
+    if isinstance(other, dict) and (other.get("package"), other.get("path")) != (_PACKAGE, _PATH):
+        # Another module object: another install, or these very files imported under a second name.
         raise ConflictError(
             f"another copy of transfer is active in this process: '{other.get('package')}' "
             f"{other.get('version')} at {other.get('path')} (target {other.get('device')}); this copy, "
