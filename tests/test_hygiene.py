@@ -197,6 +197,9 @@ def test_copies_bound_before_install_are_rebound_and_restored(tmp_path, monkeypa
 
         install_cpu(TRANSFER_DISABLE="copies")
         assert mod.device_count is originals["device_count"]
+
+        install_cpu(TRANSFER_DISABLE=None, TRANSFER_LOG=str(tmp_path / "log"))  # a copy gets what the owner holds: the logging object
+        assert mod.device_count is torch.cuda.device_count and mod.device_count is not originals["device_count"]
     finally:
         sys.modules.pop("hygiene_user_mod", None)
 
