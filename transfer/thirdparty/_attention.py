@@ -84,12 +84,13 @@ def alibi_bias(slopes, sq: int, sk: int, device, dtype, qpos=None, kpos=None, of
     return bias.to(dtype)
 
 
-def dead_rows(sq: int, sk: int, left: int, right: int) -> Optional[torch.Tensor]:
+def dead_rows(sq: int, sk: int, left: int, right: int, top_left: bool = False) -> Optional[torch.Tensor]:
     """Host-side: the query rows that see no key (None when there are none)."""
     rows = []
+    shift = 0 if top_left else sk - sq
     for i in range(sq):
-        lo = i + sk - sq - left if left >= 0 else 0
-        hi = i + sk - sq + right if right >= 0 else sk - 1
+        lo = i + shift - left if left >= 0 else 0
+        hi = i + shift + right if right >= 0 else sk - 1
         if max(lo, 0) > min(hi, sk - 1):
             rows.append(i)
     return torch.tensor(rows, dtype=torch.long) if rows else None
@@ -148,23 +149,31 @@ def _sdpa(q, k, v, scale, allowed, bias, causal_square, dropout_p):
 
 
 def attention(q, k, v, *, scale, left, right, softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-              want_lse=False, want_probs=False):
-    """Dense attention, BHSD. Returns (out, lse or None, probs or None)."""
+              want_lse=False, want_probs=False, top_left=False, bias=None):
+    """Dense attention, BHSD. Returns (out, lse or None, probs or None).
+
+    `top_left` aligns the window to the top-left corner instead (xformers'
+    LowerTriangularMask); `bias` is an extra additive float bias (xformers' tensor bias).
+    """
     sq, sk = q.shape[2], k.shape[2]
-    if alibi_slopes is None and softcap == 0 and not (want_lse or want_probs):
+    extra = bias
+    if alibi_slopes is None and softcap == 0 and not (want_lse or want_probs) and not top_left and extra is None:
         npu = _npu_op(q)
         if npu is not None:
             return npu_dense(npu, q, k, v, scale, left, right, dropout_p), None, None
-    allowed = band(sq, sk, left, right, q.device)
-    dead = dead_rows(sq, sk, left, right) if allowed is not None else None
+    shift = torch.zeros((), dtype=torch.long, device=q.device) if top_left else None
+    allowed = band(sq, sk, left, right, q.device, offset=shift)
+    dead = dead_rows(sq, sk, left, right, top_left) if allowed is not None else None
     if dead is not None:  # a row that sees nothing: let it see everything, then zero it
         allowed = allowed.clone()
         allowed[dead.to(q.device)] = True
     bias = alibi_bias(alibi_slopes, sq, sk, q.device, torch.float32) if alibi_slopes is not None else None
+    if extra is not None:
+        bias = extra if bias is None else bias + extra
     if softcap > 0 or want_lse or want_probs:
         out, lse, probs = _explicit(q, k, v, scale, allowed, bias, dropout_p, softcap, want_probs)
     else:
-        causal_square = left < 0 and right == 0 and sq == sk
+        causal_square = left < 0 and right == 0 and (sq == sk or top_left) and dead is None
         out = _sdpa(q, k, v, scale, None if causal_square else allowed, bias, causal_square, dropout_p)
         lse = probs = None
     if dead is not None:
@@ -179,7 +188,7 @@ def attention(q, k, v, *, scale, left, right, softcap=0.0, alibi_slopes=None, dr
 
 
 def varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, *, scale, left, right, softcap=0.0,
-                     alibi_slopes=None, dropout_p=0.0, want_lse=False, want_probs=False):
+                     alibi_slopes=None, dropout_p=0.0, want_lse=False, want_probs=False, top_left=False):
     """Packed sequences [total, heads, dim] delimited by int32 cumulative lengths.
 
     Returns (out [total_q, H, D], lse [H, total_q] or None, probs or None). One call over
@@ -187,19 +196,20 @@ def varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, *, scale, left, right, s
     VARLEN_MASK_LIMIT; beyond, one call per sequence (the lengths are read once).
     """
     tq, tk = q.shape[0], k.shape[0]
-    if alibi_slopes is None and softcap == 0 and not (want_lse or want_probs):
+    if alibi_slopes is None and softcap == 0 and not (want_lse or want_probs) and not top_left:
         npu = _npu_op(q)
         if npu is not None:
             return npu_varlen(npu, q, k, v, cu_q, cu_k, scale, left, right, dropout_p), None, None
     if tq * tk > VARLEN_MASK_LIMIT and not want_probs:
-        return _varlen_loop(q, k, v, cu_q, cu_k, scale, left, right, softcap, alibi_slopes, dropout_p, want_lse)
+        return _varlen_loop(q, k, v, cu_q, cu_k, scale, left, right, softcap, alibi_slopes, dropout_p, want_lse,
+                            top_left)
     device = q.device
     cu_q, cu_k = cu_q.to(device=device, dtype=torch.long), cu_k.to(device=device, dtype=torch.long)
     rows = torch.searchsorted(cu_q[1:], torch.arange(tq, device=device), right=True)
     cols = torch.searchsorted(cu_k[1:], torch.arange(tk, device=device), right=True)
     qpos, kpos = torch.arange(tq, device=device) - cu_q[rows], torch.arange(tk, device=device) - cu_k[cols]
     lq, lk = (cu_q[1:] - cu_q[:-1])[rows], (cu_k[1:] - cu_k[:-1])
-    offset = lk[rows] - lq  # sk - sq of each query's sequence
+    offset = lk[rows] - lq if not top_left else torch.zeros_like(lq)  # sk - sq of each query's sequence
     allowed = rows.view(-1, 1) == cols.view(1, -1)
     inside = band(tq, tk, left, right, device, qpos=qpos, kpos=kpos, offset=offset)
     if inside is not None:
@@ -224,7 +234,7 @@ def varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, *, scale, left, right, s
     return out, lse, probs
 
 
-def _varlen_loop(q, k, v, cu_q, cu_k, scale, left, right, softcap, alibi_slopes, dropout_p, want_lse):
+def _varlen_loop(q, k, v, cu_q, cu_k, scale, left, right, softcap, alibi_slopes, dropout_p, want_lse, top_left):
     bounds_q, bounds_k = cu_q.tolist(), cu_k.tolist()  # the one host sync
     outs, lses = [], []
     for b in range(len(bounds_q) - 1):
@@ -233,7 +243,8 @@ def _varlen_loop(q, k, v, cu_q, cu_k, scale, left, right, softcap, alibi_slopes,
         lb, rb = window_bounds(False, (left, right), bounds_k[b + 1] - bounds_k[b])
         out, lse, _ = attention(q[qs].transpose(0, 1).unsqueeze(0), k[ks].transpose(0, 1).unsqueeze(0),
                                 v[ks].transpose(0, 1).unsqueeze(0), scale=scale, left=lb, right=rb, softcap=softcap,
-                                alibi_slopes=slopes, dropout_p=dropout_p, want_lse=want_lse)
+                                alibi_slopes=slopes, dropout_p=dropout_p, want_lse=want_lse,
+                                top_left=top_left)
         outs.append(out[0].transpose(0, 1))
         if lse is not None:
             lses.append(lse[0])
