@@ -45,12 +45,18 @@ VARLEN_MASK_LIMIT = 1 << 24
 def window_bounds(causal: bool, window_size, seqlen_k: int) -> Tuple[int, int]:
     """flash_attn's normalisation: (left, right), -1 meaning unbounded."""
     left, right = (int(window_size[0]), int(window_size[1])) if window_size is not None else (-1, -1)
+    # flash_api.cpp (mha_fwd, then set_params_fprop), kept step by step: a bound >= seqlen_k
+    # becomes unbounded, but when only one side is unbounded it is set back to seqlen_k.
     if left >= seqlen_k:
         left = -1
     if right >= seqlen_k:
         right = -1
     if causal:
         right = 0
+    if left < 0 and right >= 0:
+        left = seqlen_k
+    if left >= 0 and right < 0:
+        right = seqlen_k
     return left, right
 
 
@@ -72,8 +78,9 @@ def alibi_bias(slopes, sq: int, sk: int, device, dtype, qpos=None, kpos=None, of
     """-slope * |i + sk - sq - j| as [B|1, H, sq, sk] (float32 slopes, `dtype` result)."""
     i = torch.arange(sq, device=device).view(-1, 1) if qpos is None else qpos.view(-1, 1)
     j = torch.arange(sk, device=device).view(1, -1) if kpos is None else kpos.view(1, -1)
-    dist = (i + (sk - sq if offset is None else offset.view(-1, 1)) - j).abs().to(torch.float32)
-    slopes = slopes.to(device=device, dtype=torch.float32)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    dist = (i + (sk - sq if offset is None else offset.view(-1, 1)) - j).abs().to(work)
+    slopes = slopes.to(device=device, dtype=work)
     if slopes.dim() == 1:
         bias = -slopes.view(1, -1, 1, 1) * dist
     elif rows is None:  # (batch, heads)
@@ -167,13 +174,14 @@ def attention(q, k, v, *, scale, left, right, softcap=0.0, alibi_slopes=None, dr
     if dead is not None:  # a row that sees nothing: let it see everything, then zero it
         allowed = allowed.clone()
         allowed[dead.to(q.device)] = True
-    bias = alibi_bias(alibi_slopes, sq, sk, q.device, torch.float32) if alibi_slopes is not None else None
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    bias = alibi_bias(alibi_slopes, sq, sk, q.device, work) if alibi_slopes is not None else None
     if extra is not None:
         bias = extra if bias is None else bias + extra
     if softcap > 0 or want_lse or want_probs:
         out, lse, probs = _explicit(q, k, v, scale, allowed, bias, dropout_p, softcap, want_probs)
     else:
-        causal_square = left < 0 and right == 0 and (sq == sk or top_left) and dead is None
+        causal_square = left < 0 and right == 0 and (sq == sk or top_left) and dead is None and bias is None
         out = _sdpa(q, k, v, scale, None if causal_square else allowed, bias, causal_square, dropout_p)
         lse = probs = None
     if dead is not None:
@@ -218,7 +226,8 @@ def varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, *, scale, left, right, s
     allowed = allowed | ~keep.view(-1, 1)  # rows seeing nothing: computed on everything, zeroed below
     bias = None
     if alibi_slopes is not None:
-        bias = alibi_bias(alibi_slopes, tq, tk, device, torch.float32, qpos=qpos, kpos=kpos, offset=offset,
+        work = torch.float64 if q.dtype == torch.float64 else torch.float32
+        bias = alibi_bias(alibi_slopes, tq, tk, device, work, qpos=qpos, kpos=kpos, offset=offset,
                           rows=rows if alibi_slopes.dim() == 2 else None)
     q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
     if softcap > 0 or want_lse or want_probs:
@@ -240,9 +249,8 @@ def _varlen_loop(q, k, v, cu_q, cu_k, scale, left, right, softcap, alibi_slopes,
     for b in range(len(bounds_q) - 1):
         qs, ks = slice(bounds_q[b], bounds_q[b + 1]), slice(bounds_k[b], bounds_k[b + 1])
         slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b]
-        lb, rb = window_bounds(False, (left, right), bounds_k[b + 1] - bounds_k[b])
         out, lse, _ = attention(q[qs].transpose(0, 1).unsqueeze(0), k[ks].transpose(0, 1).unsqueeze(0),
-                                v[ks].transpose(0, 1).unsqueeze(0), scale=scale, left=lb, right=rb, softcap=softcap,
+                                v[ks].transpose(0, 1).unsqueeze(0), scale=scale, left=left, right=right, softcap=softcap,
                                 alibi_slopes=slopes, dropout_p=dropout_p, want_lse=want_lse,
                                 top_left=top_left)
         outs.append(out[0].transpose(0, 1))

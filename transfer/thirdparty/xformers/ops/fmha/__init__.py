@@ -44,7 +44,7 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0
     scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     if attn_bias is None or isinstance(attn_bias, torch.Tensor):
-        extra = None if attn_bias is None else attn_bias.to(torch.float32)
+        extra = attn_bias
         out = _impl.attention(q, k, v, scale=scale, left=-1, right=-1, dropout_p=p, top_left=True, bias=extra)[0]
     elif isinstance(attn_bias, BlockDiagonalMask):
         if query.shape[0] != 1:
@@ -57,7 +57,7 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0
                                      dropout_p=p, top_left=attn_bias._top_left)[0].unsqueeze(0).transpose(1, 2)
     elif isinstance(attn_bias, (LowerTriangularMask, LowerTriangularFromBottomRightMask)):
         left, right = _window(attn_bias)
-        extra = attn_bias._bias.to(torch.float32) if isinstance(attn_bias, LowerTriangularMaskWithTensorBias) else None
+        extra = attn_bias._bias if isinstance(attn_bias, LowerTriangularMaskWithTensorBias) else None
         out = _impl.attention(q, k, v, scale=scale, left=left, right=right, dropout_p=p,
                               top_left=attn_bias._top_left, bias=extra)[0]
     else:
