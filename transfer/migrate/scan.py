@@ -6,7 +6,8 @@ aliases (``import torch.cuda as tc``, ``from torch.cuda.amp import autocast``,
 ``from torch import cuda``), device strings (``"cuda"``, ``"cuda:1"``,
 ``f"cuda:{rank}"``, ``"cuda:{}".format(i)``), ``"nccl"`` backends and
 comparisons with ``"cuda"`` / ``"nccl"``. Matching is exact, never by
-substring: ``"/ckpt/cuda_model.pt"`` is not a device.
+substring: ``"/ckpt/cuda_model.pt"`` is not a device, and device strings are
+read with torch's own grammar (`transfer.device_grammar`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import re
 from typing import Dict, List, NamedTuple, Optional
 
 from .. import support
+from ..device_grammar import cuda_index
 
-DEVICE_STRING = re.compile(r"^cuda(:(\d+|\{[^{}]*\}|%[di]|))?$", re.IGNORECASE)
+# A device string formatted right where it is written: "cuda:{}".format(i), "cuda:%d" % i.
+DEVICE_TEMPLATE = re.compile(r"^cuda:(\{[^{}]*\}|%[di])$")
 NCCL_STRING = re.compile(r"^(nccl|cuda:nccl|cpu:gloo,\s*cuda:nccl)$", re.IGNORECASE)
 
 # Qualified names reported as themselves (prefix match on a dotted name).
@@ -68,17 +71,23 @@ def api_of(qualified: str) -> Optional[str]:
         return "torch.cuda." + qualified.split(".")[2]
     if qualified == "apex" or qualified.startswith("apex.") or qualified == "amp_C":
         return "apex"
-    return None
+    return support.thirdparty_api(qualified)  # flash_attn, xformers, ... (support.THIRDPARTY_APIS)
+
+
+def is_device_text(text: str) -> bool:
+    """`text` is a CUDA device exactly as torch parses it ("cuda", "cuda:1": `device_grammar`, so not
+    "CUDA:0" or " cuda", which fail on CUDA too), or a template of one ("cuda:{}", "cuda:%d")."""
+    return cuda_index(text) is not None or bool(DEVICE_TEMPLATE.match(text))
 
 
 def is_device_string(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return bool(DEVICE_STRING.match(node.value.strip()))
+        return is_device_text(node.value)
     if isinstance(node, ast.JoinedStr) and node.values:
         first = node.values[0]
         if isinstance(first, ast.Constant) and isinstance(first.value, str):
             head = first.value
-            return head.lower() == "cuda:" or bool(DEVICE_STRING.match(head.strip())) and len(node.values) == 1
+            return head == "cuda:" or is_device_text(head) and len(node.values) == 1
     return False
 
 
@@ -122,8 +131,9 @@ class _Scanner(ast.NodeVisitor):
             else:
                 top = alias.name.split(".")[0]
                 self.aliases[top] = top
-            if api_of(alias.name) == "apex":
-                self.add(node, "apex")
+            api = api_of(alias.name)
+            if api == "apex" or api is not None and api in support.THIRDPARTY_ROWS:
+                self.add(node, api)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if not node.module or node.level:
@@ -133,6 +143,10 @@ class _Scanner(ast.NodeVisitor):
             self.aliases[alias.asname or alias.name] = full
         if api_of(node.module) == "apex":
             self.add(node, "apex")
+        elif node.module.partition(".")[0] in support.THIRDPARTY_MODULES:
+            rows = [api_of(f"{node.module}.{alias.name}") for alias in node.names]
+            for api in dict.fromkeys(r for r in rows if r is not None):  # each row once per statement
+                self.add(node, api)
 
     # ---------------------------------------------------------------- names
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -147,7 +161,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         qualified = self.aliases.get(node.id)
-        if qualified and qualified != node.id:  # a from-import or an `as` alias of a CUDA-facing name
+        if qualified and qualified != node.id and not isinstance(node.ctx, ast.Store):  # a from-import or an `as` alias of a CUDA-facing name
             api = api_of(qualified)
             if api is not None and api != "apex":
                 self.add(node, api)
