@@ -16,28 +16,10 @@ import re
 from typing import Dict, List, NamedTuple, Optional
 
 from .. import support
+from . import names
 
 DEVICE_STRING = re.compile(r"^cuda(:(\d+|\{[^{}]*\}|%[di]|))?$", re.IGNORECASE)
 NCCL_STRING = re.compile(r"^(nccl|cuda:nccl|cpu:gloo,\s*cuda:nccl)$", re.IGNORECASE)
-
-# Qualified names reported as themselves (prefix match on a dotted name).
-_NAMED = (
-    "torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler", "torch.cuda.amp.custom_fwd", "torch.cuda.amp.custom_bwd",
-    "torch.cuda.nvtx", "torch.cuda.amp", "torch.backends.cudnn", "torch.backends.cuda",
-    "torch.distributed.init_process_group", "torch.distributed.new_group", "torch.distributed.get_backend",
-    "torch.distributed.is_nccl_available", "torch.nn.parallel.DistributedDataParallel", "torch.nn.SyncBatchNorm",
-    "torch.utils.cpp_extension.CUDAExtension", "torch.jit.script", "torch.version.cuda",
-)
-_SYNONYMS = {
-    "torch.nn.parallel.distributed.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.DataParallel": "torch.nn.DataParallel", "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
-    "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.DataParallel",
-    "torch.nn.modules.SyncBatchNorm": "torch.nn.SyncBatchNorm",
-    "torch.distributed.distributed_c10d.init_process_group": "torch.distributed.init_process_group",
-    "torch.distributed.distributed_c10d.new_group": "torch.distributed.new_group",
-    "torch.distributed.distributed_c10d.get_backend": "torch.distributed.get_backend",
-}
-
 
 # Calls whose device argument has its own row (positional first argument or device=).
 _DEVICE_CALL_ROWS = {
@@ -56,19 +38,22 @@ class Finding(NamedTuple):
     code: str  # the source line, stripped
 
 
-def api_of(qualified: str) -> Optional[str]:
-    """The support-table API a dotted name refers to, or None."""
-    qualified = _SYNONYMS.get(qualified, qualified)
-    if qualified in ("torch.nn.DataParallel",):
-        return qualified
-    for name in _NAMED:
-        if qualified == name or qualified.startswith(name + "."):
-            return name
-    if qualified.startswith("torch.cuda."):
-        return "torch.cuda." + qualified.split(".")[2]
-    if qualified == "apex" or qualified.startswith("apex.") or qualified == "amp_C":
-        return "apex"
-    return support.thirdparty_api(qualified)  # flash_attn, xformers, ... (support.THIRDPARTY_APIS)
+api_of = names.api_of  # the one resolver (names.py), shared with port
+
+_CPP_LOADERS = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
+_CUDA_SUFFIXES = (".cu", ".cuh")
+
+
+def loads_cuda_sources(call: ast.Call) -> bool:
+    """A cpp_extension.load / load_inline call that builds CUDA code: a .cu/.cuh source, cuda_sources=, with_cuda=True."""
+    for keyword in call.keywords:
+        value = keyword.value
+        if keyword.arg == "cuda_sources" and not (isinstance(value, ast.Constant) and value.value is None):
+            return True
+        if keyword.arg == "with_cuda" and isinstance(value, ast.Constant) and value.value is True:
+            return True
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.strip().endswith(_CUDA_SUFFIXES)
+               for n in ast.walk(call))
 
 
 def is_device_string(node: ast.AST) -> bool:
@@ -87,10 +72,10 @@ def is_nccl_string(node: ast.AST) -> bool:
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, path: str, lines: List[str]):
+    def __init__(self, path: str, lines: List[str], imports: names.Imports):
         self.path = path
         self.lines = lines
-        self.aliases: Dict[str, str] = {}
+        self.imports = imports
         self.findings: List[Finding] = []
 
     # ---------------------------------------------------------------- helpers
@@ -101,12 +86,7 @@ class _Scanner(ast.NodeVisitor):
                                      getattr(node, "col_offset", 0) + 1, api, code))
 
     def qualified(self, node: ast.AST) -> Optional[str]:
-        if isinstance(node, ast.Name):
-            return self.aliases.get(node.id)
-        if isinstance(node, ast.Attribute):
-            base = self.qualified(node.value)
-            return None if base is None else f"{base}.{node.attr}"
-        return None
+        return self.imports.qualified(node)
 
     def in_compare(self, node: ast.AST) -> bool:
         parent = getattr(node, "_parent", None)
@@ -117,25 +97,19 @@ class _Scanner(ast.NodeVisitor):
     # ---------------------------------------------------------------- imports
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.asname:
-                self.aliases[alias.asname] = alias.name
-            else:
-                top = alias.name.split(".")[0]
-                self.aliases[top] = top
-            api = api_of(alias.name)
-            if api == "apex" or api is not None and api in support.THIRDPARTY_ROWS:
+            api = names.import_api(alias.name)
+            if api is not None:
                 self.add(node, api)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if not node.module or node.level:
             return
-        for alias in node.names:
-            full = f"{node.module}.{alias.name}"
-            self.aliases[alias.asname or alias.name] = full
         if api_of(node.module) == "apex":
             self.add(node, "apex")
         elif node.module.partition(".")[0] in support.THIRDPARTY_MODULES:
             rows = [api_of(f"{node.module}.{alias.name}") for alias in node.names]
+            if node.module.partition(".")[0] == "triton":
+                rows = ["triton"]  # `from triton import jit`: the import; each kernel is reported at its decorator
             for api in dict.fromkeys(r for r in rows if r is not None):  # each row once per statement
                 self.add(node, api)
 
@@ -143,7 +117,7 @@ class _Scanner(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         qualified = self.qualified(node)
         api = api_of(qualified) if qualified else None
-        if api is not None and api != "apex":
+        if api is not None and api not in ("apex", "triton"):
             self.add(node, api)
             return  # the chain is reported once, at its longest
         if qualified is None and node.attr == "is_cuda":
@@ -151,19 +125,22 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        qualified = self.aliases.get(node.id)
+        qualified = self.imports.table.get(node.id)
         if qualified and qualified != node.id and not isinstance(node.ctx, ast.Store):  # a from-import or an `as` alias of a CUDA-facing name
             api = api_of(qualified)
-            if api is not None and api != "apex":
+            if api is not None and api not in ("apex", "triton"):
                 self.add(node, api)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        if self.qualified(func) in _DATALOADERS and any(
+        qualified = self.qualified(func)
+        if qualified in _DATALOADERS and any(
                 k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value is True
                 for k in node.keywords):
             self.add(node, "DataLoader(pin_memory=True)")
-        if isinstance(func, ast.Attribute) and func.attr == "cuda" and self.qualified(func) is None:
+        if qualified in _CPP_LOADERS and loads_cuda_sources(node):
+            self.add(node, "torch.utils.cpp_extension.load")
+        if isinstance(func, ast.Attribute) and func.attr == "cuda" and qualified is None:
             self.add(func, "Tensor.cuda")
             self.visit(func.value)
             for child in (*node.args, *node.keywords):
@@ -196,15 +173,31 @@ class _Scanner(ast.NodeVisitor):
         return "device='cuda'"
 
 
-def scan_source(text: str, path: str = "<string>") -> List[Finding]:
-    """Findings in one source, in source order. Raises SyntaxError if it does not parse."""
+def parse(text: str, path: str = "<string>") -> ast.Module:
+    """The module's tree with `_parent` links (scan and port share one parse). Raises SyntaxError."""
     tree = ast.parse(text, filename=path)
     for parent in ast.walk(tree):
         for child in ast.iter_child_nodes(parent):
             child._parent = parent  # type: ignore[attr-defined]
-    scanner = _Scanner(path, text.splitlines())
+    return tree
+
+
+def scan_tree(tree: ast.Module, text: str, path: str, imports: Optional[names.Imports] = None) -> List[Finding]:
+    """Findings in a parsed source (`parse`), in source order."""
+    scanner = _Scanner(path, text.splitlines(), imports or names.Imports(tree))
     scanner.visit(tree)
     return sorted(scanner.findings, key=lambda f: (f.line, f.col))
+
+
+def scan_source(text: str, path: str = "<string>") -> List[Finding]:
+    """Findings in one source, in source order. Raises SyntaxError if it does not parse."""
+    return scan_tree(parse(text, path), text, path)
+
+
+def cuda_source_finding(path: str, text: str) -> Finding:
+    """The one finding a .cu/.cuh file gets: the whole file is CUDA C++ (a blocker on every vendor)."""
+    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    return Finding(path, 1, max(lines, 1), 1, "CUDA source file", f"CUDA C++ source, {lines} line(s)")
 
 
 def statuses(api: str, profiles: List[str]) -> Dict[str, support.Support]:
