@@ -112,14 +112,16 @@ def test_port_safe_unsafe_idempotent_and_comments_kept():
            "    torch.cuda.synchronize()\nd = 'cuda'\ny = x.cuda(rank)\n")
     safe = port_source(src, "sdaa")
     assert safe.text == ("import torch\nimport torch_sdaa  # registers torch.sdaa\n\n# keep me\n"
-                         "x = torch.zeros(2).to(\"sdaa\")  # and me\nif x.device.type == 'cuda':\n"
-                         "    torch.sdaa.synchronize()\nd = 'cuda'\ny = x.cuda(rank)\n")
-    assert safe.unsafe_skipped == 3
+                         "x = torch.zeros(2).sdaa()  # and me\nif x.device.type == 'cuda':\n"
+                         "    torch.sdaa.synchronize()\nd = 'cuda'\ny = x.sdaa(rank)\n")
+    assert safe.unsafe_skipped == 2  # d = 'cuda' reaches no device argument; the comparison
     unsafe = port_source(src, "sdaa", unsafe=True)
     assert "if x.device.type in ('cuda', \"sdaa\"):" in unsafe.text
-    assert "d = 'sdaa'" in unsafe.text and 'y = x.to(f"sdaa:{rank}")' in unsafe.text
-    assert port_source("m.cuda(self.device)\nm.cuda(args.gpu)\n", "gcu", unsafe=True).text == \
-        'import torch_gcu  # registers torch.gcu\nm.to(self.device)\nm.to(f"gcu:{args.gpu}")\n'  # an index gets a type
+    assert "d = 'sdaa'" in unsafe.text and "y = x.sdaa(rank)" in unsafe.text
+    # an index keeps .cuda()'s meaning through the vendor's method; a device goes through .to (torch_npu's
+    # Module.npu takes an index only)
+    assert port_source("m.cuda(self.device)\nm.cuda(args.gpu)\n", "gcu").text == \
+        'import torch_gcu  # registers torch.gcu\nm.to(self.device)\nm.gcu(args.gpu)\n'
     for first, flag in ((safe, False), (unsafe, True)):
         again = port_source(first.text, "sdaa", unsafe=flag)
         assert again.text == first.text and not [c for c in again.changes if c.operation != "UNSUPPORTED"]

@@ -372,9 +372,11 @@ class Flow:
 
     def _uses(self, name, uses, kind, dev, backend):
         compares: List[Tuple[ast.Constant, str]] = []
+        reached = False
         for use in uses:
             where = position(use, self.imports)
-            if where == kind or where == "device" and kind == "device":
+            if where == kind:
+                reached = True
                 continue
             parent = _parent(use)
             if where == "compare" and isinstance(parent, ast.Compare):
@@ -392,6 +394,8 @@ class Flow:
             if self._shown_or_tested(use):
                 continue
             return [], f"`{name}` reaches {self._describe(use)} (line {use.lineno}), not a {kind} argument"
+        if not reached:
+            return [], f"`{name}` reaches no {kind} argument in this file"
         return compares, ""
 
     @staticmethod

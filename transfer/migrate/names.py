@@ -73,6 +73,17 @@ def import_api(module: str) -> Optional[str]:
     return None
 
 
+def _statements(node: ast.AST):
+    """Every statement of a module in source order, nested ones included (imports are statements: no
+    expression is looked at)."""
+    for field in ("body", "handlers", "orelse", "finalbody", "cases"):
+        block = getattr(node, field, None)
+        if isinstance(block, list):
+            for child in block:
+                yield child
+                yield from _statements(child)
+
+
 class Binding(NamedTuple):
     """One name an import statement binds."""
 
@@ -88,7 +99,7 @@ class Imports:
     def __init__(self, tree: ast.AST):
         self.table: Dict[str, str] = {}
         self.bindings: List[Binding] = []
-        for node in ast.walk(tree):
+        for node in _statements(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:

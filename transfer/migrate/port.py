@@ -217,7 +217,7 @@ class _Porter:
     # ---------------------------------------------------------------- the walk
     def run(self) -> Ported:
         self.visit_imports()
-        for node in ast.walk(self.tree):
+        for node in self.tree._nodes:
             if isinstance(node, ast.Attribute):
                 self.visit_attribute(node)
             elif isinstance(node, ast.Call):
@@ -229,7 +229,7 @@ class _Porter:
         self.visit_conditionals()
         self.visit_variables()
         self._settle()
-        if self.profile.set_device_before_init:
+        if self.profile.set_device_before_init and "init_process_group" in self.src.text:
             self.move_set_device()
         return self.finish()
 
@@ -319,7 +319,7 @@ class _Porter:
     # ---------------------------------------------------------------- aliases of torch.cuda
     def visit_imports(self) -> None:
         uses: Dict[str, List[ast.Name]] = {}
-        for node in ast.walk(self.tree):
+        for node in self.tree._nodes:
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store):
                 uses.setdefault(node.id, []).append(node)
         statements: Dict[int, List[names.Binding]] = {}
@@ -465,12 +465,32 @@ class _Porter:
     def visit_string(self, node: ast.AST) -> None:
         if scan.is_device_string(node):
             api = self._string_api(node)
-            if api is None or api.startswith("compare"):
-                return  # comparisons: visit_variables / unsafe below
-            self.string_cand(node, api, "device")
-        elif scan.is_nccl_string(node) and getattr(node, "value", "").strip().lower() == "nccl" \
-                and not scan._Scanner.in_compare(None, node):  # noqa: SLF001 - one rule for both
-            self.string_cand(node, "backend='nccl'", "backend")
+            if api is None:
+                return
+            if api.startswith("compare"):
+                self.compare_cand(node, api, "cuda", self.dev)
+            else:
+                self.string_cand(node, api, "device")
+        elif scan.is_nccl_string(node) and getattr(node, "value", "").strip().lower() == "nccl":
+            if flow.position(node, self.imports) == "compare":
+                self.compare_cand(node, "compare 'nccl'", "nccl", self.profile.backend)
+            else:
+                self.string_cand(node, "backend='nccl'", "backend")
+
+    def compare_cand(self, node: ast.AST, api: str, value: str, new: str) -> None:
+        """A comparison with "cuda"/"nccl" left for a person; with --unsafe, ``a in ("cuda", "<dev>")``."""
+        compare = _parent(node)
+        why = support.lookup(self.profile.name, api).reason
+        if isinstance(compare, ast.Compare) and len(compare.ops) == 1 and isinstance(node, ast.Constant) \
+                and node.value == value and isinstance(compare.ops[0], (ast.Eq, ast.NotEq)) \
+                and compare.comparators[0] is node:
+            start, end = self.src.span(compare)
+            op = "in" if isinstance(compare.ops[0], ast.Eq) else "not in"
+            edit = (start, end, f"{self.src.segment(compare.left)} {op} ({self.src.segment(node)}, \"{new}\")")
+            self.cand(node, api, why=why, unsafe_edits=[edit],
+                      unsafe_message=f"== {value!r} -> in ({value!r}, {new!r}) [unsafe]")
+        else:
+            self.cand(node, api, why=why)
 
     def _string_api(self, node: ast.AST) -> Optional[str]:
         for f in self.by_pos.get((node.lineno, node.col_offset + 1), ()):
@@ -514,7 +534,7 @@ class _Porter:
 
     # ---------------------------------------------------------------- conditionals
     def visit_conditionals(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.tree._nodes:
             if isinstance(node, ast.IfExp):
                 atoms = self.cands_in([node.test])
                 branches = self.cands_in([node.body, node.orelse], strings_only=True)
@@ -547,6 +567,11 @@ class _Porter:
         for var in self.flow.variables(self.dev, self.profile.backend):
             literals = [self.cands.get(id(f)) for f in self._findings_at(var.literals)]
             literals = [c for c in literals if c is not None]
+            if var.blocked:
+                for c in literals:
+                    if not self.unsafe:
+                        c.enabled, c.why = False, var.blocked
+                continue
             compares = []
             for node, new in var.compares:
                 f = next(iter(self._findings_at([node])), None)
@@ -561,11 +586,6 @@ class _Porter:
                 compares.append(c)
             members = literals + compares
             if not any(c.finding.api != "backend='nccl'" or var.kind == "backend" for c in literals):
-                continue
-            if var.blocked:
-                for c in members:
-                    c.enabled = False
-                    c.why = var.blocked
                 continue
             for c in literals:
                 if not c.enabled and c.unsafe_edits and not self.unsafe:
@@ -674,7 +694,7 @@ class _Porter:
 
     @staticmethod
     def _blocks(tree: ast.AST):
-        for node in ast.walk(tree):
+        for node in tree._nodes:
             for field in ("body", "orelse", "finalbody"):
                 block = getattr(node, field, None)
                 if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
@@ -682,6 +702,7 @@ class _Porter:
 
     # ---------------------------------------------------------------- output
     def finish(self) -> Ported:
+        self._resolve_overlaps()
         edits = list(self.extra)
         changes = list(self.extra_changes)
         unsafe_skipped = 0
@@ -696,8 +717,6 @@ class _Porter:
             why = c.why if c is not None else self.notes.get(id(f)) or self.left_by_table(f)
             if why:
                 changes.append(Change(self.path, f.line, f.end_line, "UNSUPPORTED", why, f.api))
-        if self.unsafe:
-            edits.extend(self.unsafe_compares(changes, edits))
         text = _apply(self.src.text, edits)
         if any(c.operation == "MODIFY" for c in changes) and self.profile.package and not self.has_vendor_import():
             text, line = self.insert_vendor_import(text, edits)
@@ -705,30 +724,13 @@ class _Porter:
         changes.sort(key=lambda c: (c.start_line, c.operation))
         return Ported(text, changes, unsafe_skipped)
 
-    def unsafe_compares(self, changes: List[Change], edits: List[Edit]) -> List[Edit]:
-        """``a == "cuda"`` -> ``a in ("cuda", "<dev>")`` for comparisons left (with --unsafe)."""
-        out = []
-        for node in ast.walk(self.tree):
-            if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq))
-                    and isinstance(node.comparators[0], ast.Constant) and isinstance(node.comparators[0].value, str)):
-                continue
-            value = node.comparators[0].value
-            new = self.dev if value == "cuda" else self.profile.backend if value == "nccl" else None
-            f = next(iter(self.by_key.get(_key(node.comparators[0], f"compare '{value}'"), ())), None)
-            if new is None or f is None or (self.cands.get(id(f)) and self.cands[id(f)].enabled):
-                continue
-            start, end = self.src.span(node)
-            if any(start <= e[0] < end for e in edits + out):
-                continue
-            op = "in" if isinstance(node.ops[0], ast.Eq) else "not in"
-            out.append((start, end, f"{self.src.segment(node.left)} {op} ({self.src.segment(node.comparators[0])}, "
-                                    f"\"{new}\")"))
-            for i, ch in enumerate(changes):
-                if ch.operation == "UNSUPPORTED" and ch.start_line == f.line and ch.api == f.api:
-                    changes[i] = Change(self.path, f.line, f.end_line, "MODIFY",
-                                        f"== {value!r} -> in ({value!r}, {new!r}) [unsafe]")
-                    break
-        return out
+    def _resolve_overlaps(self) -> None:
+        """An edit that encloses another finding's edit (an unsafe comparison around a rewritten call) gives way."""
+        spans = sorted(((e[0], e[1], c) for c in self.cands.values() if c.enabled for e in c.edits),
+                       key=lambda t: (t[0], -t[1]))
+        for (s1, e1, c1), (s2, e2, c2) in zip(spans, spans[1:]):
+            if s2 < e1 and c1 is not c2:
+                c1.enabled, c1.why = False, c1.why or f"encloses another rewrite (line {c2.finding.line}): by hand"
 
     def has_vendor_import(self) -> bool:
         package = self.profile.package

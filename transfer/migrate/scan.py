@@ -71,12 +71,41 @@ def is_nccl_string(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(NCCL_STRING.match(node.value.strip()))
 
 
-class _Scanner(ast.NodeVisitor):
+_QUIET, _DONE = 1, 2  # a handler's answer: children linked but not looked at / already walked by the handler
+
+
+class _Scanner:
+    """One pass over the tree: links every node to its parent (``_parent``, which port reads too) and
+    reports what the handlers find. A handler answers None (look at the children), _QUIET or _DONE."""
+
     def __init__(self, path: str, lines: List[str], imports: names.Imports):
         self.path = path
         self.lines = lines
         self.imports = imports
         self.findings: List[Finding] = []
+        self.nodes: List[ast.AST] = []  # every node, in the order walked (port reuses it)
+        self.handlers = {ast.Import: self.visit_Import, ast.ImportFrom: self.visit_ImportFrom,
+                         ast.Attribute: self.visit_Attribute, ast.Name: self.visit_Name, ast.Call: self.visit_Call,
+                         ast.Constant: self.visit_Constant, ast.JoinedStr: self.visit_JoinedStr}
+
+    def walk(self, node: ast.AST, parent: Optional[ast.AST], quiet: bool = False) -> None:
+        node._parent = parent  # type: ignore[attr-defined]
+        self.nodes.append(node)
+        if not quiet:
+            handler = self.handlers.get(node.__class__)
+            if handler is not None:
+                answer = handler(node)
+                if answer == _DONE:
+                    return
+                quiet = answer == _QUIET
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.walk(item, node, quiet)
+            elif isinstance(value, ast.AST):
+                self.walk(value, node, quiet)
 
     # ---------------------------------------------------------------- helpers
     def add(self, node: ast.AST, api: str) -> None:
@@ -119,10 +148,10 @@ class _Scanner(ast.NodeVisitor):
         api = api_of(qualified) if qualified else None
         if api is not None and api not in ("apex", "triton"):
             self.add(node, api)
-            return  # the chain is reported once, at its longest
+            return _QUIET  # the chain is reported once, at its longest
         if qualified is None and node.attr == "is_cuda":
             self.add(node, "Tensor.is_cuda")
-        self.generic_visit(node)
+        return None
 
     def visit_Name(self, node: ast.Name) -> None:
         qualified = self.imports.table.get(node.id)
@@ -142,25 +171,31 @@ class _Scanner(ast.NodeVisitor):
             self.add(node, "torch.utils.cpp_extension.load")
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and qualified is None:
             self.add(func, "Tensor.cuda")
-            self.visit(func.value)
-            for child in (*node.args, *node.keywords):
-                self.visit(child)
-            return
-        self.generic_visit(node)
+        return None
 
     # ---------------------------------------------------------------- strings
     def visit_Constant(self, node: ast.Constant) -> None:
+        if node.value.__class__ is not str:
+            return
         if is_device_string(node):
             self.add(node, "compare 'cuda'" if self.in_compare(node) else self._device_api(node))
         elif is_nccl_string(node):
             self.add(node, "compare 'nccl'" if self.in_compare(node) else "backend='nccl'")
 
-    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> int:
         if is_device_string(node):
             self.add(node, "compare 'cuda'" if self.in_compare(node) else self._device_api(node))
-        for value in node.values:
+        for value in node.values:  # the text parts are not strings of their own
+            value._parent = node  # type: ignore[attr-defined]
+            self.nodes.append(value)
             if isinstance(value, ast.FormattedValue):
-                self.visit(value.value)
+                for field in ("value", "format_spec"):
+                    child = getattr(value, field, None)
+                    if child is not None:
+                        self.walk(child, value)
+            else:
+                self.walk(value, node, quiet=True)
+        return _DONE
 
     def _device_api(self, node: ast.AST) -> str:
         call = getattr(node, "_parent", None)
@@ -174,18 +209,15 @@ class _Scanner(ast.NodeVisitor):
 
 
 def parse(text: str, path: str = "<string>") -> ast.Module:
-    """The module's tree with `_parent` links (scan and port share one parse). Raises SyntaxError."""
-    tree = ast.parse(text, filename=path)
-    for parent in ast.walk(tree):
-        for child in ast.iter_child_nodes(parent):
-            child._parent = parent  # type: ignore[attr-defined]
-    return tree
+    """The module's tree (scan and port share one parse; `scan_tree` links parents). Raises SyntaxError."""
+    return ast.parse(text, filename=path)
 
 
 def scan_tree(tree: ast.Module, text: str, path: str, imports: Optional[names.Imports] = None) -> List[Finding]:
-    """Findings in a parsed source (`parse`), in source order."""
+    """Findings in a parsed source (`parse`), in source order; every node gets its ``_parent``."""
     scanner = _Scanner(path, text.splitlines(), imports or names.Imports(tree))
-    scanner.visit(tree)
+    scanner.walk(tree, None)
+    tree._nodes = scanner.nodes  # type: ignore[attr-defined]
     return sorted(scanner.findings, key=lambda f: (f.line, f.col))
 
 
