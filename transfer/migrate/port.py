@@ -163,6 +163,7 @@ class _Porter:
         self.notes: Dict[int, str] = {}  # id(finding) -> why it is left (explicit)
         self.groups: List[Tuple[List[_Cand], str]] = []  # all or none
         self.guards: List[Tuple[List[_Cand], List[ast.AST]]] = []  # availability tests and what they guard
+        self.roots: Dict[int, Tuple[int, str]] = {}  # id(cand) -> the line and reason that disabled its group
         self.extra: List[Edit] = []  # edits that belong to no finding (imports, moves)
         self.extra_changes: List[Change] = []
         self.torch_names = set(imports.locals_for("torch"))
@@ -226,8 +227,8 @@ class _Porter:
                 self.visit_string(node)
             elif isinstance(node, ast.Name):
                 self.visit_name(node)
+        self.visit_variables()  # first: it replaces the candidates of the comparisons it rewrites
         self.visit_conditionals()
-        self.visit_variables()
         self._settle()
         if self.profile.set_device_before_init and "init_process_group" in self.src.text:
             self.move_set_device()
@@ -262,7 +263,9 @@ class _Porter:
                 self.cand(node, api, why=f"{api} used other than as a call: use torch.amp with '{self.dev}' by hand")
             return
         cname = qualified.split(".")[2]
-        verdict = support.lookup(self.profile.name, f"torch.cuda.{cname}")
+        verdict = support.lookup(self.profile.name, api)
+        if verdict.to == "unchanged":
+            return  # torch's own (torch.cuda.OutOfMemoryError): runs as it is
         home = f"torch.{self.dev}."
         if verdict.to.startswith(home) and (verdict.cls == support.TRANSLATED or verdict.to == home + cname):
             new = verdict.to[len(home):]
@@ -499,8 +502,7 @@ class _Porter:
         return None
 
     def string_cand(self, node: ast.AST, api: str, kind: str) -> None:
-        value = self.new_string(node, kind)
-        edit = value and self.literal_or_fstring_edit(node, value)
+        edit = self.literal_or_fstring_edit(node, self.new_string(node, kind))
         old = self.src.segment(node)
         position = flow.position(node, self.imports)
         safe = position == kind
@@ -522,7 +524,7 @@ class _Porter:
 
     def literal_or_fstring_edit(self, node: ast.AST, value: Optional[str]) -> Optional[Edit]:
         if isinstance(node, ast.Constant):
-            return self.literal_edit(node, value)
+            return None if value is None else self.literal_edit(node, value)
         start, end = self.src.span(node)
         match = re.match(r"[fF][rR]?|[rR][fF]", self.src.text[start:end])
         at = start + (match.end() if match else 0)
@@ -636,9 +638,12 @@ class _Porter:
             for members, what in self.groups:
                 off = next((c for c in members if not c.enabled), None)
                 if off is not None and any(c.enabled for c in members):
-                    why = f"kept with {what} (line {off.finding.line}: {off.why or 'not rewritten'})"
+                    line, root = self.roots.get(id(off), (off.finding.line, off.why or "not rewritten"))
+                    why = f"kept with {what}, because of line {line}: {root}"
                     for c in members:
-                        changed |= c.disable(why)
+                        if c.disable(why):
+                            self.roots[id(c)] = (line, root)
+                            changed = True
             for atoms, region in self.guards:
                 if not any(c.enabled for c in atoms):
                     continue
