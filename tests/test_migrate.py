@@ -16,6 +16,7 @@ import torch
 from conftest import EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, free_port
 
 FIXTURES = os.path.join(ROOT, "tests", "migrate_fixtures")
+PUBLIC = os.path.join(FIXTURES, "public_style")  # written the way public repositories write these idioms
 
 
 def cli(*args, cwd=None, check=True):
@@ -176,6 +177,13 @@ NATIVE_CASES = {
                               ["--work-dir", "{work}"], RANKS + r"|Iter \[\d+/\d+\] loss: [0-9.]+\d"),
     "seed003_mnist_ddp": ("sdaa", os.path.join(SCRIPTS, "seed003_mnist_ddp.py"), [], "torchrun",
                           ["--log-dir", "{work}"], RANKS + r"|\[epoch \d+\] loss: [0-9.]+ accuracy: [0-9.]+\d"),
+    # issue 19: .cuda(args.gpu) and a --dist-backend default, safely (no --unsafe)
+    "ddp_gpu_arg": ("npu", os.path.join(PUBLIC, "ddp_gpu_arg.py"), [], "torchrun", [],
+                    RANKS + r"|epoch \d+: mean loss [0-9.]+\d"),
+    # the device chosen once (torch.device(... if is_available() else ...), a --device default, parameter
+    # defaults, comparisons with it), safely
+    "device_idioms": ("gcu", os.path.join(PUBLIC, "device_idioms.py"), [], "python", ["--steps", "30"],
+                      r"step \d+: loss [0-9.]+\d|eval loss [0-9.]+\d|parameters on \w+|using device: \w+"),
 }
 
 

@@ -103,6 +103,8 @@ class Var(NamedTuple):
     literals: List[ast.AST]  # the CUDA device / "nccl" literals among its values
     compares: List[Tuple[ast.Constant, str]]  # (literal compared with it, its new value)
     blocked: str  # why it is not rewritten ("" when it is)
+    key: Tuple[int, str] = (0, "")  # (id of its scope, name); options: (0, "--dest")
+    links: Tuple[Tuple[int, str], ...] = ()  # parameters of this file's functions it is passed to
 
 
 class _Scope:
@@ -124,10 +126,19 @@ class Flow:
         self.scopes: List[_Scope] = [self.module]
         self.uses: List[Tuple[_Scope, ast.Name]] = []
         self.namespaces: set = set()  # names bound to parse_args() results
+        self._namespace_calls: List[Tuple["_Scope", ast.AST]] = []
         self.namespace_escapes: List[ast.Name] = []
         self.options: Dict[str, List[ast.AST]] = {}  # argparse dest -> default values
         self.option_stores: Dict[str, List[ast.AST]] = {}
+        self.functions: Dict[str, Tuple[ast.AST, "_Scope"]] = {}  # module-level def name -> (node, its scope)
+        self.getters: set = set()  # module-level functions that return parse_args()
         self._walk_body(tree.body, self.module)
+        for scope, node in self._namespace_calls:
+            if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                    and node.value.func.id in self.getters:
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(t, ast.Name):
+                        self.namespaces.add(t.id)
         self._resolved: Dict[int, Optional[_Scope]] = {}
 
     # ---------------------------------------------------------------- scopes
@@ -154,6 +165,11 @@ class Flow:
             for d in list(args.defaults) + [d for d in args.kw_defaults if d is not None]:
                 self._walk(d, scope)
             inner = self._new_scope(node, scope, "function")
+            if scope is self.module and not isinstance(node, ast.Lambda):
+                self.functions[node.name] = (node, inner)
+                if any(isinstance(r, ast.Return) and isinstance(r.value, ast.Call)
+                       and _callee(r.value) in ("parse_args", "parse_known_args") for r in ast.walk(node)):
+                    self.getters.add(node.name)
             positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
             defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
             for arg, default in list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults)):
@@ -197,6 +213,8 @@ class Flow:
                 for t in targets:
                     if isinstance(t, ast.Name):
                         self.namespaces.add(t.id)
+            elif isinstance(value, ast.Call):
+                self._namespace_calls.append((scope, node))
             for t in targets:
                 if isinstance(t, ast.Name):
                     if value is not None:
@@ -315,11 +333,11 @@ class Flow:
                                      global_elsewhere=scope is self.module and any(
                                          name in s.globals for s in self.scopes if s is not scope))
                 if var is not None:
-                    out.append(var)
+                    out.append(var._replace(key=(id(scope), name)))
         for dest, defaults in self.options.items():
             var = self._option_variable(dest, defaults, dev, backend)
             if var is not None:
-                out.append(var)
+                out.append(var._replace(key=(0, var.name)))
         return out
 
     def _values(self, bindings, kind: str) -> Optional[List[ast.AST]]:
@@ -342,8 +360,8 @@ class Flow:
             return None
         if global_elsewhere:
             return Var(name, kind, literals, [], f"`{name}` is assigned through `global` in a function")
-        compares, blocked = self._uses(name, uses, kind, dev, backend)
-        return Var(name, kind, literals, compares, blocked)
+        compares, blocked, links = self._uses(name, uses, kind, dev, backend)
+        return Var(name, kind, literals, compares, blocked, links=tuple(links))
 
     def _option_variable(self, dest, defaults, dev, backend) -> Optional[Var]:
         values = [("assign", d) for d in defaults] + [("assign", v) for v in self.option_stores.get(dest, [])]
@@ -367,22 +385,28 @@ class Flow:
                            "what reads the option there is not in view")
         if not uses and not blocked:
             blocked = f"`--{dest.replace('_', '-')}` is read nowhere in this file"
-        compares, why = self._uses(f"args.{dest}", uses, kind, dev, backend)
-        return Var(f"--{dest.replace('_', '-')}", kind, literals, compares, blocked or why)
+        compares, why, links = self._uses(f"args.{dest}", uses, kind, dev, backend)
+        return Var(f"--{dest.replace('_', '-')}", kind, literals, compares, blocked or why, links=tuple(links))
 
     def _uses(self, name, uses, kind, dev, backend):
         compares: List[Tuple[ast.Constant, str]] = []
+        links: List[Tuple[int, str]] = []
         reached = False
         for use in uses:
             where = position(use, self.imports)
             if where == kind:
                 reached = True
                 continue
+            link = self._parameter(use)
+            if link is not None:
+                links.append(link)
+                reached = True
+                continue
             parent = _parent(use)
             if where == "compare" and isinstance(parent, ast.Compare):
                 found = self._compare(parent, use, kind, dev, backend)
                 if found is None:
-                    return [], f"`{name}` is compared in a way port does not rewrite (line {use.lineno})"
+                    return [], f"`{name}` is compared in a way port does not rewrite (line {use.lineno})", []
                 compares += found
                 continue
             if isinstance(parent, ast.Attribute) and parent.attr == "type" and kind == "device" \
@@ -393,10 +417,40 @@ class Flow:
                     continue
             if self._shown_or_tested(use):
                 continue
-            return [], f"`{name}` reaches {self._describe(use)} (line {use.lineno}), not a {kind} argument"
+            return [], f"`{name}` reaches {self._describe(use)} (line {use.lineno}), not a {kind} argument", []
         if not reached:
-            return [], f"`{name}` reaches no {kind} argument in this file"
-        return compares, ""
+            return [], f"`{name}` reaches no {kind} argument in this file", []
+        return compares, "", links
+
+    def _parameter(self, use: ast.AST) -> Optional[Tuple[int, str]]:
+        """(scope id, parameter) when `use` is an argument of a call of a function of this module whose
+        parameter there has a default (a candidate device variable itself: linked, all or none)."""
+        parent = _parent(use)
+        keyword = None
+        if isinstance(parent, ast.keyword):
+            keyword, parent = parent.arg, _parent(parent)
+        if not (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and use is not parent.func):
+            return None
+        found = self.functions.get(parent.func.id)
+        if found is None or self.resolve(self.module, parent.func.id) is not self.module \
+                or len(self.module.bindings.get(parent.func.id, ())) != 1:
+            return None
+        node, scope = found
+        args = node.args
+        positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
+        if keyword is None:
+            if any(isinstance(a, ast.Starred) for a in parent.args):
+                return None
+            index = parent.args.index(use)
+            if index >= len(positional):
+                return None
+            param = positional[index].arg
+        else:
+            param = keyword
+        bindings = scope.bindings.get(param, [])
+        if len(bindings) == 1 and bindings[0][0] == "param" and bindings[0][1] is not None:
+            return id(scope), param
+        return None
 
     @staticmethod
     def _compare(compare: ast.Compare, use: ast.AST, kind, dev, backend):

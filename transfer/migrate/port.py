@@ -566,35 +566,55 @@ class _Porter:
 
     # ---------------------------------------------------------------- device variables
     def visit_variables(self) -> None:
-        for var in self.flow.variables(self.dev, self.profile.backend):
-            literals = [self.cands.get(id(f)) for f in self._findings_at(var.literals)]
-            literals = [c for c in literals if c is not None]
-            if var.blocked:
-                for c in literals:
-                    if not self.unsafe:
-                        c.enabled, c.why = False, var.blocked
-                continue
-            compares = []
-            for node, new in var.compares:
-                f = next(iter(self._findings_at([node])), None)
-                if f is None:
-                    continue
-                edit = self.literal_edit(node, new) if isinstance(node, ast.Constant) else None
-                c = _Cand(f, [edit] if edit else [], f"{self.src.segment(node)} -> '{new}' (compared with a ported "
-                                                      f"device variable)")
-                if edit is None:
-                    c.why = "a comparison port does not rewrite"
-                self.cands[id(f)] = c
-                compares.append(c)
-            members = literals + compares
-            if not any(c.finding.api != "backend='nccl'" or var.kind == "backend" for c in literals):
-                continue
+        variables = self.flow.variables(self.dev, self.profile.backend)
+        by_key = {var.key: var for var in variables}
+        members_of: Dict[Tuple[int, str], List[_Cand]] = {}
+        for var in variables:
+            members_of[var.key] = self.variable_cands(var)
+        for var in variables:  # a variable passed to a parameter of this file: all or none with it
+            for link in var.links:
+                other = by_key.get(link)
+                if other is None or other.blocked or not members_of[link]:
+                    why = (f"`{var.name}` is passed to the parameter `{other.name}`, which is kept: {other.blocked}"
+                           if other is not None and other.blocked else
+                           f"`{var.name}` is passed to a parameter without a CUDA default: port does not follow it")
+                    for c in members_of[var.key]:
+                        c.enabled, c.why = False, why
+                elif members_of[var.key] and members_of[link]:
+                    self.groups.append((members_of[var.key] + members_of[link],
+                                        f"`{var.name}` and the parameter `{other.name}` it is passed to"))
+
+    def variable_cands(self, var) -> List[_Cand]:
+        """The candidates of one variable's literals and comparisons (a group), or none when it is blocked."""
+        literals = [self.cands.get(id(f)) for f in self._findings_at(var.literals)]
+        literals = [c for c in literals if c is not None]
+        if var.blocked:
             for c in literals:
-                if not c.enabled and c.unsafe_edits and not self.unsafe:
-                    c.edits, c.message, c.enabled, c.why = c.unsafe_edits, \
-                        c.unsafe_message.replace(" [unsafe]", f" (`{var.name}` reaches only device arguments)"), True, ""
-                    c.unsafe_edits = []
-            self.groups.append((members, f"`{var.name}`'s values and comparisons"))
+                if not self.unsafe:
+                    c.enabled, c.why = False, var.blocked
+            return []
+        compares = []
+        for node, new in var.compares:
+            f = next(iter(self._findings_at([node])), None)
+            if f is None:
+                continue
+            edit = self.literal_edit(node, new) if isinstance(node, ast.Constant) else None
+            c = _Cand(f, [edit] if edit else [], f"{self.src.segment(node)} -> '{new}' (compared with a ported "
+                                                  f"device variable)")
+            if edit is None:
+                c.why = "a comparison port does not rewrite"
+            self.cands[id(f)] = c
+            compares.append(c)
+        members = literals + compares
+        if not any(c.finding.api != "backend='nccl'" or var.kind == "backend" for c in literals):
+            return []
+        for c in literals:
+            if not c.enabled and c.unsafe_edits and not self.unsafe:
+                c.edits, c.message, c.enabled, c.why = c.unsafe_edits, \
+                    c.unsafe_message.replace(" [unsafe]", f" (`{var.name}` reaches only device arguments)"), True, ""
+                c.unsafe_edits = []
+        self.groups.append((members, f"`{var.name}`'s values and comparisons"))
+        return members
 
     def _findings_at(self, nodes) -> List[scan.Finding]:
         out = []
