@@ -588,10 +588,10 @@ class _Porter:
         """The candidates of one variable's literals and comparisons (a group), or none when it is blocked."""
         literals = [self.cands.get(id(f)) for f in self._findings_at(var.literals)]
         literals = [c for c in literals if c is not None]
-        if var.blocked:
+        if var.blocked:  # literals in a device argument of their own (torch.device("cuda" ...)) stay rewritten
             for c in literals:
-                if not self.unsafe:
-                    c.enabled, c.why = False, var.blocked
+                if not c.enabled:
+                    c.why = var.blocked
             return []
         compares = []
         for node, new in var.compares:
