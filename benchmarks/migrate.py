@@ -6,7 +6,8 @@
 For each DIR, the commands users run, as they run them (``python -m
 transfer.cli``, a fresh process each time, so start-up is included), wall
 time, median of 3 runs (1 with --quick): ``scan DIR --device npu --format
-json`` and ``port DIR --device npu --out TMP``, with the default worker count
+json`` and ``port DIR --device npu --out TMP`` (and the CPU seconds they used, workers included: on a loaded
+machine wall time says more about the load than the tools), with the default worker count
 (one per core) and with ``--jobs 1``; then ``port`` over the ported tree,
 which must change nothing and leave what the first run left. Reported: .py
 files, files/s, changes made, uses left for a person, and the load average
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,16 +49,20 @@ def _cli(args: List[str], cwd: str) -> subprocess.CompletedProcess:
 
 
 def _timed(args: List[str], cwd: str, repeats: int, before=None):
-    times, proc = [], None
+    """(median wall seconds, median CPU seconds of the command and its workers, the last process)."""
+    times, cpu, proc = [], [], None
     for _ in range(repeats):
         if before is not None:
             before()
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = _cli(args, cwd)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime)
         if proc.returncode not in (0, 1):
             raise RuntimeError(f"transfer {' '.join(args[:2])} exited {proc.returncode}: {proc.stderr[-400:]}")
-    return statistics.median(times), proc
+    return statistics.median(times), statistics.median(cpu), proc
 
 
 def _summary(stderr: str) -> Dict[str, int]:
@@ -78,19 +84,21 @@ def measure_dir(path: str, quick: bool) -> Dict[str, Any]:
         out, again = os.path.join(work, "out"), os.path.join(work, "again")
         for jobs, suffix in ((None, ""), (1, "_jobs1")):
             extra = [] if jobs is None else ["--jobs", str(jobs)]
-            seconds, proc = _timed(["scan", path, "--device", "npu", "--format", "json", "--no-progress", *extra],
-                                   work, repeats)
+            seconds, cpu, proc = _timed(["scan", path, "--device", "npu", "--format", "json", "--no-progress",
+                                         *extra], work, repeats)
+            record[f"scan_cpu_s{suffix}"] = cpu
             data = json.loads(proc.stdout)
             record[f"scan_s{suffix}"] = seconds
             record[f"scan_files_per_s{suffix}"] = data["summary"]["files"] / seconds if seconds else None
             record["scan_findings"] = data["summary"]["findings"]
-            seconds, proc = _timed(["port", path, "--device", "npu", "--out", out, "--no-progress", *extra], work,
-                                   repeats, before=lambda: shutil.rmtree(out, ignore_errors=True))
+            seconds, cpu, proc = _timed(["port", path, "--device", "npu", "--out", out, "--no-progress", *extra],
+                                        work, repeats, before=lambda: shutil.rmtree(out, ignore_errors=True))
+            record[f"port_cpu_s{suffix}"] = cpu
             first = _summary(proc.stderr)
             record[f"port_s{suffix}"] = seconds
             record[f"port_files_per_s{suffix}"] = (first["transformed"] + first["skipped"] + first["failed"]) / seconds
         record.update(changes=first["changes"], left=first["left"], unsafe=first["unsafe"])
-        _, proc = _timed(["port", out, "--device", "npu", "--out", again, "--no-progress"], work, 1)
+        _, _, proc = _timed(["port", out, "--device", "npu", "--out", again, "--no-progress"], work, 1)
         second = _summary(proc.stderr)
         record.update(second_changes=second["changes"], second_left=second["left"])
         record["consistent"] = second["changes"] == 0 and second["left"] == first["left"]
@@ -107,7 +115,8 @@ def line(rec: Dict[str, Any]) -> str:
     load = ", ".join(f"{x:.1f}" for x in rec["loadavg_at_start"])
     return (f"  {rec['dir']}: {rec['py_files']} .py; scan {rec['scan_files_per_s']:.0f} files/s "
             f"(-j1 {rec['scan_files_per_s_jobs1']:.0f}), port {rec['port_files_per_s']:.0f} files/s "
-            f"(-j1 {rec['port_files_per_s_jobs1']:.0f}); {rec['changes']} changes, {rec['left']} left for a person "
+            f"(-j1 {rec['port_files_per_s_jobs1']:.0f}); CPU s per run: scan {rec['scan_cpu_s']:.2f}, port "
+            f"{rec['port_cpu_s']:.2f}; {rec['changes']} changes, {rec['left']} left for a person "
             f"({rec['unsafe']} more with --unsafe); second run: {rec['second_changes']} changes, "
             f"{rec['second_left']} left ({'consistent' if rec['consistent'] else 'INCONSISTENT'}); "
             f"bars scan >= {SCAN_BAR:.0f}, port >= {PORT_BAR:.0f}: {'ok' if rec['meets_target'] else 'MISS'}; "

@@ -521,3 +521,29 @@ def test_progress_shows_only_on_a_terminal(monkeypatch):
         bar.update(3)
     assert piped.getvalue() == ""
     assert list(progress.pool_map(abs, list(range(-40, 0)), jobs=2)) == list(range(40, 0, -1))
+
+
+def test_files_without_a_trigger_word_have_no_findings():
+    """scan and port skip the tree walk of files that spell none of names.TRIGGERS (a syntax check only):
+    every finding anywhere in the fixtures, examples and scripts is in a file that spells one, and every
+    name the resolver reports spells one itself."""
+    from transfer.migrate import names, scan
+
+    for folder in (FIXTURES, PUBLIC, EXAMPLES, SCRIPTS, os.path.join(ROOT, "tests", "frameworks")):
+        for root, _, files in os.walk(folder):
+            for name in files:
+                if name.endswith(".py") and "broken" not in name:
+                    path = os.path.join(root, name)
+                    try:
+                        text = open(path, encoding="utf-8").read()
+                    except UnicodeDecodeError:
+                        continue
+                    found = scan.scan_tree(scan.parse(text, path), text, path)
+                    assert not found or names.might_have_findings(text), (path, found[:3])
+    from transfer import support
+
+    for api in list(names.NAMED) + list(names.SYNONYMS) + [row[0] for row in support.THIRDPARTY_APIS]:
+        assert names.might_have_findings(api.rsplit(".", 1)[-1]) or names.might_have_findings(api.split(".")[0]), api
+    with pytest.raises(SyntaxError):
+        scan.scan_source("def f(:\n    pass\n")
+    assert scan.scan_source("return 1\n") == []  # compile() refuses it, ast does not: no false failure

@@ -21,6 +21,7 @@ Plain data and `ast`; never imports torch.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Dict, List, NamedTuple, Optional
 
 from .. import support
@@ -45,6 +46,23 @@ SYNONYMS = {
 }
 #: Triton names that mark a kernel (each decorated function is one finding; tl.* inside it is not).
 TRITON_KERNEL = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
+
+
+def _triggers():
+    """Words every source with a finding spells somewhere (case-insensitively): a name's last component is
+    written where it is used or where it is imported. Derived from the tables, so a new row brings its word."""
+    words = {"cuda", "nccl", "cudnn", "pin_memory", "cpp_extension", "DataParallel", "apex", "amp_C", "triton"}
+    words.update(name.rsplit(".", 1)[-1] for name in NAMED + tuple(SYNONYMS) + tuple(SYNONYMS.values()))
+    words.update(support.THIRDPARTY_MODULES)
+    return re.compile("|".join(sorted(map(re.escape, words), key=len, reverse=True)), re.IGNORECASE)
+
+
+#: `might_have_findings`: a file none of these words occurs in has no finding (only a syntax check to do).
+TRIGGERS = _triggers()
+
+
+def might_have_findings(text: str) -> bool:
+    return TRIGGERS.search(text) is not None
 
 
 def api_of(qualified: str) -> Optional[str]:

@@ -856,6 +856,9 @@ def check_profile(profile: str) -> None:
 def port_source(text: str, profile: str, path: str = "<string>", unsafe: bool = False) -> Ported:
     """The ported source and its change list. Raises SyntaxError if it does not parse."""
     check_profile(profile)
+    if not names.might_have_findings(text):  # nothing CUDA-facing: a syntax check, and the text as it is
+        scan.check_syntax(text, path)
+        return Ported(text, [], 0)
     tree = scan.parse(text, path)
     imports = names.Imports(tree)
     return port_tree(tree, text, profile, path, unsafe, scan.scan_tree(tree, text, path, imports), imports)
