@@ -88,8 +88,9 @@ def test_scan_cli_strict_exit_code_and_csv_columns():
 
 def test_scan_never_imports_torch_or_the_patches():
     code = ("import sys; from transfer import cli; cli.main(['scan', %r, '--format', 'json']); "
+            "cli.main(['port', %r, '--device', 'npu', '--diff']); "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'transfer.patches', 'libcst'))]; "
-            "assert not bad, bad" % FIXTURES)
+            "assert not bad, bad" % (FIXTURES, PUBLIC))
     env = clean_env(TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     if not INSTALLED:
         env["PYTHONPATH"] = ROOT
