@@ -237,7 +237,7 @@ def targets_missed(results: Dict[str, Any]) -> List[str]:
         if C.is_ok(res) and res["summary"]["meets_target"] is False:
             missed.append(f"compile[{target}]")
     for path, rec in results.get("migrate", {}).get("dirs", {}).items():
-        if rec.get("status") == "ok" and not rec.get("meets_target"):
+        if rec.get("status") == "ok" and rec.get("meets_target") is False:
             missed.append(f"migrate {os.path.basename(path)}: scan {rec['scan_files_per_s']:.0f} files/s, "
                           f"port {rec['port_files_per_s']:.0f} files/s")
     for target, rec in results.get("calllog", {}).get("targets", {}).items():
