@@ -108,7 +108,7 @@ Edit = Tuple[int, int, str]  # (start, end, replacement) in characters
 class _Cand:
     """One finding's rewrite: its edits, or why it is left."""
 
-    __slots__ = ("finding", "edits", "message", "enabled", "why", "unsafe_edits", "unsafe_message", "groups")
+    __slots__ = ("finding", "edits", "message", "enabled", "why", "unsafe_edits", "unsafe_message")
 
     def __init__(self, finding: scan.Finding, edits: Sequence[Edit] = (), message: str = "", why: str = "",
                  unsafe_edits: Sequence[Edit] = (), unsafe_message: str = ""):
@@ -243,6 +243,9 @@ class _Porter:
                           f".is_cuda -> .is_{self.dev}")
             return
         api = names.api_of(qualified)
+        if api == "torch.nn.DataParallel":
+            self.note_dataparallel(node)
+            return
         if api is None or not api.startswith("torch.cuda.") or self.finding(node, api) is None:
             return
         inner = node
@@ -337,11 +340,9 @@ class _Porter:
     def port_alias_import(self, bindings: List[names.Binding], uses: Dict[str, List[ast.Name]]) -> None:
         statement = bindings[0].statement
         cands: List[_Cand] = []
-        edits: List[Edit] = []
         problems: List[str] = []
         segment_start, segment_end = self.src.span(statement)
         segment = self.src.text[segment_start:segment_end]
-        amp_calls = 0
         for b in bindings:
             module_alias = b.qualified in ("torch.cuda", "torch.cuda.amp")
             for use in uses.get(b.local, ()):
@@ -365,7 +366,6 @@ class _Porter:
                     c = _Cand(self.finding(target, api) or scan.Finding(self.path, use.lineno, use.lineno, 0, api, ""),
                               [self.first_arg_edit(call, f'"{self.dev}"')], f"{qualified}(...) -> torch.amp"
                               f".{qualified.rsplit('.', 1)[1]}(\"{self.dev}\", ...)")
-                    amp_calls += 1
                 elif b.qualified.startswith("torch.cuda.amp") or b.qualified == "torch.cuda.amp":
                     problems.append(f"{qualified} (line {use.lineno}) has no torch.amp spelling here")
                     continue
@@ -382,11 +382,6 @@ class _Porter:
                         c.enabled = True
                 if c is not None:
                     cands.append(c)
-            # the import's own text
-            if b.qualified.startswith("torch.cuda.amp.") or b.qualified == "torch.cuda.amp":
-                new_module = "torch.amp" if b.qualified != "torch.cuda.amp" else None
-            else:
-                new_module = None
         text, problem = self._alias_import_text(statement, segment, bindings)
         if problem:
             problems.append(problem)
@@ -512,8 +507,8 @@ class _Porter:
         elif safe:
             self.cand(node, api, [edit], message)
         else:
-            c = self.cand(node, api, why=f"{old} outside a {kind} argument: not rewritten (--unsafe does)",
-                          unsafe_edits=[edit], unsafe_message=message + " [unsafe]")
+            self.cand(node, api, why=f"{old} outside a {kind} argument: not rewritten (--unsafe does)",
+                      unsafe_edits=[edit], unsafe_message=message + " [unsafe]")
 
     def new_string(self, node: ast.AST, kind: str) -> Optional[str]:
         if kind == "backend":

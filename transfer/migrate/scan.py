@@ -6,7 +6,11 @@ aliases (``import torch.cuda as tc``, ``from torch.cuda.amp import autocast``,
 ``from torch import cuda``), device strings (``"cuda"``, ``"cuda:1"``,
 ``f"cuda:{rank}"``, ``"cuda:{}".format(i)``), ``"nccl"`` backends and
 comparisons with ``"cuda"`` / ``"nccl"``. Matching is exact, never by
-substring: ``"/ckpt/cuda_model.pt"`` is not a device.
+substring: ``"/ckpt/cuda_model.pt"`` is not a device. Names resolve through
+`names` (the resolver port uses too). Blockers are findings of their own:
+``cpp_extension.load``/``load_inline`` of CUDA sources, ``CUDAExtension``,
+Triton imports and kernels, CUDA-only packages (`support.THIRDPARTY_APIS`), and
+a ``.cu``/``.cuh`` file (`cuda_source_finding`).
 """
 
 from __future__ import annotations

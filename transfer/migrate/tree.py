@@ -3,7 +3,9 @@
 Modes: out of tree (`out`, the default: ``<out>/<path relative to its SRC
 root>``), `diff` (a unified diff on stdout, ``a/`` and ``b/`` prefixed, for
 ``patch -p1``), `in_place`. Unparsable files are reported and skipped (copied
-unchanged out of tree).
+unchanged out of tree); ``.cu``/``.cuh`` files are copied unchanged and named in
+unsupported_api.csv. Worker processes (`progress.pool_map`, one per core by
+default) each read, parse, port and write whole files.
 
 Besides the sources, out of tree and in place write the report msFmkTransplt
 users know, to `out` (in place: the current directory):
