@@ -632,10 +632,14 @@ class _Porter:
     def left_by_table(self, f: scan.Finding) -> Optional[str]:
         if f.api == "apex" or f.api in support.THIRDPARTY_ROWS:
             verdict = support.lookup(self.profile.name, f.api)
+            native = getattr(support, "native_rewrite", None)  # the table's torch-native rewrites (issue 15's rows)
+            hint = native(f.api) if native is not None else None
+            hint = f"; torch-native: {hint.to} when {hint.when}" if hint is not None else ""
             if verdict.cls == support.UNSUPPORTED:
-                return verdict.reason
+                return verdict.reason + hint
             return (f"{f.api}: under transfer, {verdict.cls} ({verdict.to or verdict.reason}); the ported code runs "
-                    f"without transfer: use the vendor's equivalent, or keep running the original with transfer-run")
+                    f"without transfer: use the vendor's equivalent, or keep running the original with transfer-run"
+                    + hint)
         if f.api.startswith("compare"):
             return None if f.api in ("compare 'cuda'", "compare 'nccl'") and False else \
                 support.lookup(self.profile.name, f.api).reason
