@@ -344,6 +344,14 @@ FLOW_PATTERNS = {  # CUDA source -> its safe port (the vendor import line aside)
     ".cuda(index) and .cuda(device)": (
         "import torch\nm = torch.nn.Linear(1, 1).cuda(local_rank)\nw = m.weight.cuda(m.bias.device)\n",
         "import torch\nm = torch.nn.Linear(1, 1).npu(local_rank)\nw = m.weight.to(m.bias.device)\n"),
+    ".cuda(a device string variable) goes through .to (Module.npu takes an index only)": (
+        "import torch\ndev = 'cuda:0'\nm = torch.nn.Linear(1, 1).cuda(dev)\n",
+        "import torch\ndev = 'npu:0'\nm = torch.nn.Linear(1, 1).to(dev)\n"),
+    "--device option reassigned from its own values": (
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='cuda')\n"
+        "args = p.parse_args()\nif not torch.cuda.is_available():\n    args.device = 'cpu'\nx = torch.ones(1).to(args.device)\n",
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='npu')\n"
+        "args = p.parse_args()\nif not torch.npu.is_available():\n    args.device = 'cpu'\nx = torch.ones(1).to(args.device)\n"),
     "aliases of torch.cuda": (
         "import torch\nimport torch.cuda as tc\nfrom torch.cuda.amp import autocast, GradScaler\ntc.synchronize()\n"
         "with autocast(enabled=True):\n    pass\ns = GradScaler()\n",

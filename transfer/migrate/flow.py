@@ -313,9 +313,9 @@ class Flow:
     def _device_names(self) -> set:
         if not hasattr(self, "_names"):
             self._names = {name for scope in self.scopes for name, bindings in scope.bindings.items()
-                           if bindings and all(k == "assign" and isinstance(v, ast.Call)
-                                               and self.imports.qualified(v.func) == "torch.device"
-                                               for k, v in bindings)}
+                           if bindings and all(k == "assign" and v is not None and (
+                               isinstance(v, ast.Call) and self.imports.qualified(v.func) == "torch.device"
+                               or self.device_valued(v, "device")) for k, v in bindings)}
         return self._names
 
     # ---------------------------------------------------------------- variables
@@ -378,7 +378,7 @@ class Flow:
                 continue
             parent = _parent(node)
             if isinstance(parent, ast.Attribute) and parent.value is node:
-                if parent.attr == dest:
+                if parent.attr == dest and isinstance(parent.ctx, ast.Load):  # stores are values (option_stores)
                     uses.append(parent)
             elif not blocked:
                 blocked = (f"`--{dest.replace('_', '-')}`'s namespace `{node.id}` is passed on (line {node.lineno}): "
