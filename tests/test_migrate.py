@@ -393,26 +393,9 @@ def test_port_leaves_look_alikes_alone(case):
 
 
 def _half_ported(text, dev):
-    """Conditionals and comparisons of ported code where one side names the vendor and the other CUDA."""
-    import ast
+    from transfer.migrate.port import half_ported
 
-    def names(node):
-        found = set()
-        for n in ast.walk(node):
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute) and n.value.attr in ("cuda", dev) \
-                    and isinstance(n.value.value, ast.Name) and n.value.value.id == "torch":
-                found.add(n.value.attr)
-            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] in ("cuda", dev):
-                found.add(n.value.split(":")[0])
-        return found
-
-    bad = []
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, (ast.IfExp, ast.BoolOp, ast.Compare)):
-            seen = names(node)
-            if len(seen) == 2:
-                bad.append(ast.get_source_segment(text, node))
-    return bad
+    return half_ported(text, dev)
 
 
 CONSISTENCY = {  # the idioms issue 19 found half-ported: both sides or neither

@@ -21,8 +21,7 @@ Plain data and `ast`; never imports torch.
 from __future__ import annotations
 
 import ast
-import re
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .. import support
 
@@ -48,21 +47,27 @@ SYNONYMS = {
 TRITON_KERNEL = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 
 
-def _triggers():
-    """Words every source with a finding spells somewhere (case-insensitively): a name's last component is
-    written where it is used or where it is imported. Derived from the tables, so a new row brings its word."""
-    words = {"cuda", "nccl", "cudnn", "pin_memory", "cpp_extension", "DataParallel", "apex", "amp_C", "triton"}
-    words.update(name.rsplit(".", 1)[-1] for name in NAMED + tuple(SYNONYMS) + tuple(SYNONYMS.values()))
-    words.update(support.THIRDPARTY_MODULES)
-    return re.compile("|".join(sorted(map(re.escape, words), key=len, reverse=True)), re.IGNORECASE)
+def _triggers() -> Tuple[str, ...]:
+    """Words (lower case) every source with a finding spells somewhere, in any case. Every component of a
+    qualified name after ``torch`` is spelled where the name is used or imported (``from torch.nn.parallel
+    import DistributedDataParallel as DDP``), so each name contributes one: "cuda" for the torch.cuda names,
+    "jit" for torch.jit.script, else its last component. Derived from the tables: a new row brings its word."""
+    words = {"cuda", "nccl", "cudnn", "pin_memory", "cpp_extension", "dataparallel", "apex", "amp_c", "triton", "jit"}
+    for name in NAMED + tuple(SYNONYMS) + tuple(SYNONYMS.values()):
+        parts = name.lower().split(".")
+        if "cuda" not in parts and "cudnn" not in parts and "jit" not in parts:
+            words.add(parts[-1])
+    words.update(m.lower() for m in support.THIRDPARTY_MODULES)
+    return tuple(sorted(words))
 
 
-#: `might_have_findings`: a file none of these words occurs in has no finding (only a syntax check to do).
+#: `might_have_findings`: a file that spells none of these words has no finding (only a syntax check to do).
 TRIGGERS = _triggers()
 
 
 def might_have_findings(text: str) -> bool:
-    return TRIGGERS.search(text) is not None
+    low = text.lower()
+    return any(word in low for word in TRIGGERS)
 
 
 def api_of(qualified: str) -> Optional[str]:

@@ -742,6 +742,10 @@ class _Porter:
             if why:
                 changes.append(Change(self.path, f.line, f.end_line, "UNSUPPORTED", why, f.api))
         text = _apply(self.src.text, edits)
+        if edits and not self.unsafe:  # the check in port itself: nothing it wrote is half-ported
+            for line, segment in half_ported(text, self.dev):
+                changes.append(Change(self.path, line, line, "UNSUPPORTED", "half-ported by transfer port (a bug: "
+                                      f"please report it): `{segment}` names both CUDA and {self.dev}", "port"))
         if any(c.operation == "MODIFY" for c in changes) and self.profile.package and not self.has_vendor_import():
             text, line = self.insert_vendor_import(text, edits)
             changes.append(Change(self.path, line, line, "INSERT", f"import {self.profile.package}"))
@@ -780,6 +784,43 @@ class _Porter:
         if at and text[at - 1:at] not in ("\n", "\r"):
             line = "\n" + line
         return text[:at] + line + text[at:], text.count("\n", 0, at) + 1 + (line.startswith("\n"))
+
+
+def half_ported(text: str, dev: str) -> List[Tuple[int, str]]:
+    """(line, source) of each conditional in `text` whose test asks about one device (``torch.cuda.X`` or a
+    "cuda" string, or ``torch.<dev>.X`` / a "<dev>" string) while its values or branches name the other: what
+    `_settle` rules out. `port_source` runs it on what it wrote (safe mode)."""
+    tree = ast.parse(text)
+
+    def sides(nodes) -> Set[str]:
+        found = set()
+        for node in nodes:
+            for n in ast.walk(node):
+                if isinstance(n, ast.Attribute) and n.attr in ("cuda", dev) and isinstance(n.value, ast.Name) \
+                        and n.value.id == "torch":
+                    found.add(n.attr)
+                elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] in ("cuda", dev) \
+                        and re.fullmatch(r"[a-z]+(:\d+)?", n.value):
+                    found.add(n.value.split(":")[0])
+        return found
+
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.IfExp):
+            test, rest = sides([node.test]), sides([node.body, node.orelse])
+        elif isinstance(node, ast.BoolOp):
+            test, rest = sides(node.values[:1]), sides(node.values[1:])
+        elif isinstance(node, ast.Compare):
+            test, rest = sides([node.left]), sides(node.comparators)
+            test, rest = test | rest, set()
+            if len(test) == 2:
+                bad.append((node.lineno, ast.get_source_segment(text, node) or ""))
+            continue
+        else:
+            continue
+        if test and rest and test != rest:
+            bad.append((node.lineno, ast.get_source_segment(text, node) or ""))
+    return bad
 
 
 def _apply(text: str, edits: List[Edit]) -> str:
