@@ -178,10 +178,15 @@ class _Porter:
         return None
 
     def cand(self, node: ast.AST, api: str, edits: Sequence[Edit] = (), message: str = "", why: str = "",
-             unsafe_edits: Sequence[Edit] = (), unsafe_message: str = "") -> Optional[_Cand]:
+             unsafe_edits: Sequence[Edit] = (), unsafe_message: str = "", expect: Sequence[str] = ()) -> Optional[_Cand]:
+        """Claim `node`'s finding of `api` with its rewrite; `expect`: the text each edit replaces (checked: Python
+        3.8 gives nodes inside f-strings wrong columns, and a rewrite at the wrong place must not happen)."""
         f = self.finding(node, api)
         if f is None:
             return None
+        if any(self.src.text[e[0]:e[1]] != want for e, want in zip(edits, expect)):
+            edits, why = (), (why or f"{api}: where this Python's parser puts it is not where it is written "
+                                      "(inside an f-string on Python 3.8): rewrite it by hand")
         c = _Cand(f, edits, message, why, unsafe_edits, unsafe_message)
         if self.unsafe and not c.enabled and c.unsafe_edits:
             c.edits, c.message, c.enabled, c.why = c.unsafe_edits, c.unsafe_message, True, ""
@@ -240,7 +245,7 @@ class _Porter:
         if qualified is None:
             if node.attr == "is_cuda":
                 self.cand(node, "Tensor.is_cuda", [self.token_edit(node, f"is_{self.dev}")],
-                          f".is_cuda -> .is_{self.dev}")
+                          f".is_cuda -> .is_{self.dev}", expect=["is_cuda"])
             return
         api = names.api_of(qualified)
         if api == "torch.nn.DataParallel":
@@ -257,11 +262,12 @@ class _Porter:
         parent = _parent(node)
         if api in ("torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler"):
             if isinstance(parent, ast.Call) and parent.func is node and node.attr in ("autocast", "GradScaler"):
-                name = self.src.segment(root)
+                name = root.id
                 new = f"{name}.autocast" if node.attr == "autocast" else f"{name}.amp.GradScaler"
                 start, end = self.src.span(node)
                 self.cand(node, api, [(start, end, new), self.first_arg_edit(parent, f'"{self.dev}"')],
-                          f"torch.cuda.amp.{node.attr}(...) -> {new.replace(name, 'torch', 1)}(\"{self.dev}\", ...)")
+                          f"torch.cuda.amp.{node.attr}(...) -> {new.replace(name, 'torch', 1)}(\"{self.dev}\", ...)",
+                          expect=[f"{name}.cuda.amp.{node.attr}", ""])
             else:
                 self.cand(node, api, why=f"{api} used other than as a call: use torch.amp with '{self.dev}' by hand")
             return
@@ -275,6 +281,7 @@ class _Porter:
             cuda_start = self.src.offset(inner.end_lineno, inner.end_col_offset) - 4
             if new == cname:
                 edits = [(cuda_start, cuda_start + 4, self.dev)]
+                expect = ["cuda"]
             else:
                 member = inner if inner is node else self._member(node, inner)
                 end = self.src.offset(member.end_lineno, member.end_col_offset)
@@ -282,7 +289,8 @@ class _Porter:
                     self.cand(node, api, why=f"torch.cuda.{cname} is torch.{self.dev}.{new}: rewrite it by hand")
                     return
                 edits = [(cuda_start, end, f"{self.dev}.{new}")]
-            self.cand(node, api, edits, f"torch.cuda.{cname} -> torch.{self.dev}.{new}")
+                expect = [f"cuda.{cname}"]
+            self.cand(node, api, edits, f"torch.cuda.{cname} -> torch.{self.dev}.{new}", expect=expect)
         else:
             self.cand(node, api, why=f"torch.cuda.{cname}: {verdict.cls} on {self.profile.name}: {verdict.reason}")
 
@@ -301,10 +309,11 @@ class _Porter:
         elif self.imports.qualified(func) == "torch.distributed.is_nccl_available" and not node.args \
                 and not node.keywords and isinstance(func, ast.Attribute):
             start, end = self.src.span(node)
-            new = self.src.text[start:self.src.offset(func.end_lineno, func.end_col_offset) - len(func.attr)]
+            head = self.src.text[start:self.src.offset(func.end_lineno, func.end_col_offset) - len(func.attr)]
             self.cand(func, "torch.distributed.is_nccl_available",
-                      [(start, end, f'{new}is_backend_available("{self.profile.backend}")')],
-                      f"is_nccl_available() -> is_backend_available(\"{self.profile.backend}\")")
+                      [(start, end, f'{head}is_backend_available("{self.profile.backend}")')],
+                      f"is_nccl_available() -> is_backend_available(\"{self.profile.backend}\")",
+                      expect=[f"{head}is_nccl_available()"])
 
     def port_cuda_method(self, call: ast.Call) -> None:
         func = call.func
@@ -319,7 +328,7 @@ class _Porter:
             method = "to"  # torch_npu's Module.npu takes an index only; .to takes a device or an index
         else:
             method = self.dev
-        self.cand(func, "Tensor.cuda", [self.token_edit(func, method)],
+        self.cand(func, "Tensor.cuda", [self.token_edit(func, method)], expect=["cuda"], message=
                   f".cuda(...) -> .{method}(...)" + (" (a device, not an index)" if method == "to" else ""))
 
     # ---------------------------------------------------------------- aliases of torch.cuda
