@@ -29,6 +29,7 @@ _lock = threading.RLock()
 _active: Optional[Any] = None  # the PatchContext of the installed target
 _outcome: Dict[str, Any] = {"active": False, "reason": "not installed"}
 _exported: Optional[tuple] = None  # (name exported as TRANSFER_DEVICE, the value it replaced or None)
+_plan: Optional[Any] = None  # the rehearsal's context on real CUDA (transfer/plan.py): logging layers only
 
 
 def __getattr__(name: str) -> Any:
@@ -65,7 +66,7 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     a misspelled TRANSFER_DISABLE name raises with the valid names, torch left
     as it was. Returns `status()`.
     """
-    global _active, _outcome
+    global _active, _outcome, _plan
     import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
 
     from . import selection
@@ -92,7 +93,15 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
         if profile is None:
             _outcome = {"active": False, "reason": why}
             if why == selection.NATIVE_CUDA:
-                _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
+                if os.environ.get("TRANSFER_PLAN", "").strip() and os.environ.get("TRANSFER_LOG", "").strip():
+                    from .plan import observe  # the rehearsal (transfer-run --plan): log for the plan, change nothing
+
+                    if _plan is None:
+                        _plan = observe(os.environ["TRANSFER_LOG"].strip())
+                    _outcome["plan"] = _plan.profile.name
+                    _outcome["call_sites"] = _plan.log.records
+                else:
+                    _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
             return status()
         _active = _apply(profile, registry, strict)
         _outcome = {"active": True, "reason": why}
@@ -193,8 +202,11 @@ def uninstall() -> None:
     """Undo every patch: each attribute that still holds transfer's replacement gets
     back the identical original object. One patched again by someone else after
     transfer is left as it is, with a WARNING naming it (registry.py)."""
-    global _active, _outcome
+    global _active, _outcome, _plan
     with _lock:
+        if _plan is not None:
+            _plan, plan = None, _plan
+            plan.registry.revert_all()
         if _active is not None:
             ctx, _active = _active, None
             try:

@@ -102,6 +102,11 @@ class CallLog:
 
     def __init__(self, directory: str, ctx):
         self.ctx = ctx
+        # TRANSFER_PLAN=<profile> (transfer-run --plan): classes and "became" are the planned target's, from the
+        # support table, whatever runs the job now (real CUDA: transfer/plan.py; the cpu target; a vendor)
+        self.plan = planned_profile()
+        self.profile = self.plan or ctx.profile
+        self.target = ctx.target if self.plan in (None, ctx.profile) else _plan_target(self.plan)
         self.sink = _Sink.of_process(directory)
         self.records: List[Dict[str, Any]] = []
         self._sites: set = set()  # (api, file, line): one record per site even for two code objects on a line
@@ -117,6 +122,8 @@ class CallLog:
         record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rank": None, "pid": os.getpid(),
                   "site": f"{filename}:{line}", "source": linecache.getline(filename, line).strip(),
                   "class": cls, "call": api if args is None else f"{api}({_args(args, kwargs)})", "became": became}
+        if self.plan is not None:  # the rehearsal's answer: what the planned target does, and why
+            record.update(plan=self.plan.name, reason=_support(self, api).reason)
         with self._lock:
             if (api, filename, line) in self._sites:
                 return
@@ -375,8 +382,39 @@ def _api(record) -> str:
 def _support(log: CallLog, api: str) -> support.Support:
     """The table's entry for `api`: its own row, else the ``device='cuda'`` row (factories, new_*, load, ...)."""
     if api.startswith("torch.cuda."):
-        return support.lookup(log.ctx.profile.name, api)
-    return support.lookup(log.ctx.profile.name, _ROWS.get(api, "device='cuda'"))
+        return support.lookup(log.profile.name, api)
+    return support.lookup(log.profile.name, _ROWS.get(api, "device='cuda'"))
+
+
+def planned_profile():
+    """The profile TRANSFER_PLAN names (None when unset); a bad name raises TransferError naming the choices."""
+    from .profiles import PROFILES
+
+    name = os.environ.get("TRANSFER_PLAN", "").strip().lower()
+    if not name:
+        return None
+    if name not in PROFILES:
+        from .errors import TransferError
+
+        raise TransferError(f"TRANSFER_PLAN={name!r}: not a target; choose one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+class _PlanTarget:
+    """The planned target's device translation, as text ("cuda:1" -> "npu:1"): its plug-in is not loaded here."""
+
+    def __init__(self, device_type: str):
+        self.device_type = device_type
+
+    def translate(self, value: Any, check: bool = False) -> Any:
+        parsed = parse_cuda(value)
+        if parsed is None:
+            return value
+        return self.device_type if parsed[0] is None else f"{self.device_type}:{parsed[0]}"
+
+
+def _plan_target(profile):
+    return _PlanTarget(profile.device_type)
 
 
 def _cuda_value(value: Any) -> bool:
@@ -404,7 +442,7 @@ def _names_a_device(args: tuple, kwargs: dict) -> bool:
 
 def _device_verdict(log: CallLog, api: str, args: tuple, kwargs: dict):
     """(class, became) when an argument names a CUDA device, else None."""
-    target = log.ctx.target
+    target = log.target
     for value in (*args, *(kwargs[k] for k in _DEVICE_KEYS if k in kwargs)):
         if _cuda_value(value):
             entry = _support(log, api)
@@ -417,7 +455,7 @@ def _device_verdict(log: CallLog, api: str, args: tuple, kwargs: dict):
 # -------------------------------------------------------------------- functions
 def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
     """A layer over the function `fn` logging each CUDA-facing call site once (`method`: args[0] is self)."""
-    target = log.ctx.target
+    target = log.target
     always = api.startswith("torch.cuda.") or api == "Tensor.cuda" or _ROWS.get(api) in _ALWAYS_ROWS
 
     def classify(args, kwargs):
@@ -556,7 +594,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _wrapper_verdict(log: CallLog, api: str, wrapped, instance, args, kwargs, passed):
-    profile = log.ctx.profile
+    profile = log.profile
     if api == "DataParallel":
         ids = getattr(instance, "device_ids", None)
         asked = _bind(_signature(wrapped), args, kwargs) or {}
@@ -566,6 +604,9 @@ def _wrapper_verdict(log: CallLog, api: str, wrapped, instance, args, kwargs, pa
             became = (f"device_ids {_short(asked.get('device_ids'))} -> one {profile.device_type} device "
                       f"({instance.src_device_obj})")
         return _support(log, api).cls, became
+    if log.plan is not None and log.plan is not log.ctx.profile:  # a rehearsal: the planned target's answer
+        entry = _support(log, _ROWS.get(api, api))
+        return entry.cls, entry.to or entry.cls
     changes = _changes(wrapped, args, kwargs, passed, profile.device_type)
     if api == "SyncBatchNorm":
         entry = _support(log, api)

@@ -39,6 +39,9 @@ def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
     parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
                         "rank, in DIR (sets TRANSFER_LOG)")
+    parser.add_argument("--plan", metavar="TARGET", help="rehearse a port: run the job where it runs (real CUDA "
+                        "included) and log each CUDA-facing call site with what TARGET (npu, sdaa, gcu, cpu) will do "
+                        "with it, from the support table (sets TRANSFER_PLAN; needs --log or TRANSFER_LOG)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help=command_help)
     return parser
 
@@ -53,6 +56,16 @@ def _parse(prog: str, command_help: str, usage: str, argv: Optional[List[str]]):
         return None
     if args.log:
         os.environ["TRANSFER_LOG"] = os.path.abspath(args.log)
+    if args.plan:
+        from .profiles import PROFILES
+
+        if args.plan.strip().lower() not in PROFILES:
+            print(f"{prog}: --plan {args.plan}: not a target; choose one of {', '.join(PROFILES)}", file=sys.stderr)
+            return None
+        if not os.environ.get("TRANSFER_LOG", "").strip():
+            print(f"{prog}: --plan writes its findings to the call-site log: add --log DIR", file=sys.stderr)
+            return None
+        os.environ["TRANSFER_PLAN"] = args.plan.strip().lower()
     try:
         prepare_environment(os.environ, args.device)
     except TransferError as exc:
