@@ -25,6 +25,7 @@ AREAS = (
     "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
     "dynamo",  # torch.compile answers x.is_cuda as eager does
     "module",  # nn.Module.to / .to_empty
+    "rng",  # cpu target: device draws (dropout, device factories) off the CPU stream, as on CUDA
     "factories",  # torch.zeros(..., device='cuda') and every other factory
     "serialization",  # torch.load map_location and CUDA checkpoints
     "amp",  # torch.autocast / GradScaler device types

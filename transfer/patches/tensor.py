@@ -17,7 +17,9 @@ _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_
 
 def apply(ctx) -> None:
     reg, Tensor = ctx.registry, torch.Tensor
-    reg.replace("tensor.to", Tensor, "to", device_first(ctx, "Tensor.to", Tensor.to, to_signature=True))
+    # cpu target: device memory is host memory, so a move to a CUDA device copies, as on CUDA.
+    reg.replace("tensor.to", Tensor, "to", device_first(ctx, "Tensor.to", Tensor.to, to_signature=True,
+                                                       copy_moves=ctx.profile.is_cpu))
     reg.replace("tensor.cuda", Tensor, "cuda", _cuda(ctx))
     for name in _NEW_METHODS:
         reg.replace(f"tensor.{name}", Tensor, name, device_keyword_method(ctx, name))
@@ -33,8 +35,8 @@ def _cuda(ctx):
     """x.cuda(device) is x.to(<target device>): one identity test, then the C method.
 
     Same memo as `_calls.device_first` (the last argument and its translation,
-    one tuple). On the cpu target every translation is the CPU, so the call
-    ends in the C `Tensor.cpu`, ~200 ns cheaper than `Tensor.to`.
+    one tuple). On the cpu target the call is a copy (``to(cpu, copy=True)``):
+    ``x.cuda()`` of a host tensor is a new tensor on CUDA, never ``x`` itself.
     """
     translator = ctx.target.translator("Tensor.cuda")
     preserve = torch.preserve_format
@@ -49,17 +51,17 @@ def _cuda(ctx):
             last = (device, result)
         return result
 
+    native_to = _TensorBase.to  # the C method, not our Tensor.to wrapper
     if ctx.profile.is_cpu:
-        native_cpu = _TensorBase.cpu
+        host = torch.device("cpu")
 
         def cuda(self, device=None, non_blocking=False, memory_format=preserve):
             if device is not last[0]:
                 translate(device)  # checks the index, records the call for the report
             if memory_format is preserve:
-                return native_cpu(self)
-            return native_cpu(self, memory_format=memory_format)
+                return native_to(self, host, None, non_blocking, True)
+            return native_to(self, host, None, non_blocking, True, memory_format=memory_format)
     else:
-        native_to = _TensorBase.to  # the C method, not our Tensor.to wrapper
 
         def cuda(self, device=None, non_blocking=False, memory_format=preserve):
             seen = last
@@ -75,9 +77,12 @@ def _pin_memory(ctx):
     native = torch.Tensor.pin_memory
     if ctx.profile.is_cpu:
         # Pinned host memory only speeds up copies to an accelerator; the cpu
-        # target has none, and stock torch raises here without one.
+        # target has none, and stock torch raises here without one. Still a copy,
+        # as on CUDA (the result is not pinned: `is_pinned()` is False).
+        clone = _TensorBase.clone
+
         def pin_memory(self, device=None):
-            return self
+            return clone(self)
 
         return _finish(pin_memory, native, "pin_memory")
     return device_keyword(ctx, "Tensor.pin_memory", native)
