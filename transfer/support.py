@@ -92,7 +92,7 @@ VENDOR_API: Mapping[str, frozenset] = {
 
 #: torch.cuda names `transfer.cpu_runtime` answers for the cpu target.
 CPU_API = frozenset(
-    _DEVICE + _STREAMS + _RNG[1:] + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
+    _DEVICE + _STREAMS + _RNG + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
     + ("get_device_name", "get_device_properties", "is_bf16_supported", "get_device_capability",
        "is_current_stream_capturing", "ipc_collect", "get_sync_debug_mode", "set_sync_debug_mode",
        "is_tf32_supported", "set_per_process_memory_fraction")

@@ -115,7 +115,7 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
             result = lookup(first, _MISS)
             if result is _MISS:
                 result = miss(first)
-            moved = result is not first
+            moved = result is not first and result != first  # an equal cached object is no move
             last = (first, result, moved)
             if moved:
                 return copying(self, result, args, kwargs)
@@ -123,7 +123,7 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
             device = kwargs.get("device")
             if device is not None:
                 translated = translator(device)
-                if translated is not device:
+                if translated is not device and translated != device:
                     kwargs["device"] = translated
                     kwargs["copy"] = True
             if first is _NO_ARG:
@@ -162,8 +162,12 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                     if result is not device:
                         kwargs["device"] = result
                         if generator_of is not None and kwargs.get("generator") is None:
-                            kwargs["generator"] = generator_of(device)
-                        return original(*args, **kwargs)
+                            generator = generator_of(device)  # None: not a CUDA device after all
+                            if generator is not None:
+                                kwargs["generator"] = generator
+                                return original(*args, **kwargs)
+                        else:
+                            return original(*args, **kwargs)
                 if undirected is not None:
                     undirected()
                 return original(*args, **kwargs)

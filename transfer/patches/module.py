@@ -38,9 +38,11 @@ def _cuda_preserving_to(ctx, original):
             return spec
         device = as_cuda.get(spec)
         if device is None:
-            if translate(spec) is spec:
+            translate(spec)  # checks the ordinal, records the translation
+            parsed = parse_cuda(spec)
+            if parsed is None:
                 return spec  # not a CUDA device: 'cpu', 'meta', ...
-            index = parse_cuda(spec)[0]
+            index = parsed[0]
             device = torch.device("cuda") if index is None else torch.device("cuda", index)
             if len(as_cuda) < 512:
                 as_cuda[spec] = device

@@ -91,7 +91,7 @@ def factory_draws(ctx, name: str, original):
     """For the factories area: ``(draws, undirected)`` for factory `name` on the cpu target, or None.
 
     `draws(device)` is the generator of the virtual device a CUDA `device`
-    argument names; `undirected()` runs before a call without one that draws on
+    argument names (None for another device); `undirected()` runs before a call without one that draws on
     an existing tensor (``*_like``, ``normal(tensor, ...)``): the notice.
     """
     if not ctx.profile.is_cpu or name not in RANDOM_FACTORIES:
@@ -104,10 +104,11 @@ def factory_draws(ctx, name: str, original):
     def draws(device):
         index = indices.get(device, _MISS)
         if index is _MISS:
-            index = parse_cuda(device)[0]
+            parsed = parse_cuda(device)
+            index = _MISS if parsed is None else parsed[0]
             if len(indices) < 512:
                 indices[device] = index
-        return generator(index)
+        return None if index is _MISS else generator(index)
 
     if name in _LIKE and not _like_takes_generator(original):
         draws = None  # torch < 2.x: *_like take no generator; they stay on the CPU stream
