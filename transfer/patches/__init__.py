@@ -24,6 +24,7 @@ AREAS = (
     "accelerator",  # torch.accelerator on the cpu target: none, as on a CPU-only build
     "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
     "dynamo",  # torch.compile answers x.is_cuda as eager does
+    "torch_is_cuda",  # torch's own is_cuda reads that must see the real answer (transfer/torch_sites.py)
     "module",  # nn.Module.to / .to_empty
     "rng",  # cpu target: device draws (dropout, device factories) off the CPU stream, as on CUDA
     "factories",  # torch.zeros(..., device='cuda') and every other factory
