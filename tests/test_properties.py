@@ -217,7 +217,7 @@ def _factory_args():
         "empty_strided": ((2, 2), (2, 1)), "eye": (3,), "full": ((2,), 1.5), "full_like": (t, 2.0),
         "hamming_window": (4,), "hann_window": (4,), "kaiser_window": (4,), "linspace": (0, 1, 5),
         "logspace": (0, 1, 5), "ones": (2,), "ones_like": (t,), "rand": (2,), "rand_like": (t,),
-        "randint": (0, 10, (3,)), "randint_like": (ti, 10), "randn": (2,), "randn_like": (t,), "randperm": (5,),
+        "randint": (0, 10, (3,)), "normal": (0.0, 1.0, (3,)), "randint_like": (ti, 10), "randn": (2,), "randn_like": (t,), "randperm": (5,),
         "range": (0, 3), "scalar_tensor": (2.0,),
         "sparse_bsc_tensor": (torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 2, 2), (2, 2)),
         "sparse_bsr_tensor": (torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 2, 2), (2, 2)),

@@ -1,7 +1,7 @@
 """torch.zeros(..., device='cuda') and every other tensor factory.
 
 The list is torch's own (`torch.utils._device._device_constructors()`, the set
-`with torch.device(...)` relies on), plus the ``*_like`` factories. It is
+`with torch.device(...)` relies on), plus the ``*_like`` factories and ``torch.normal``. It is
 cached by torch, so it is read before any factory is replaced.
 """
 
@@ -15,6 +15,8 @@ from .tensor import _TensorBase
 from .rng import factory_draws
 
 _LIKE = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
+# torch.normal(mean, std, size, device=...) takes a device but is not in torch's list.
+_ALSO = _LIKE + ("normal",)
 _NAMESPACES = ("torch", "torch.fft", "torch.nested", "torch.sparse")
 
 
@@ -23,7 +25,7 @@ def factory_locations():
     import importlib
 
     wanted = {id(f) for f in torch.utils._device._device_constructors()}
-    wanted |= {id(getattr(torch, name)) for name in _LIKE}
+    wanted |= {id(getattr(torch, name)) for name in _ALSO}
     found = []
     for modname in _NAMESPACES:
         module = importlib.import_module(modname)
