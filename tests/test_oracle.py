@@ -48,11 +48,16 @@ TENSOR_DRAWS = {"cpu": False, "npu": True, "sdaa": True, "gcu": True}
 def observe(target):
     """The script's observations under TRANSFER_DEVICE=<target>, in a fresh process."""
     env = clean_env(TRANSFER_DEVICE=target, TRANSFER_QUIET="1", TRANSFER_CPU_DEVICES=COUNT,
-                    SIM_ACCEL_DEVICE_COUNT=COUNT, TRANSFER_CPU_AMP_DTYPE="float16", CUDA_VISIBLE_DEVICES="")
+                    SIM_ACCEL_DEVICE_COUNT=COUNT, TRANSFER_CPU_AMP_DTYPE="float16")
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "SDAA_VISIBLE_DEVICES", "TOPS_VISIBLE_DEVICES"):
+        env.pop(name, None)  # all COUNT devices visible, whatever this machine's environment says
     if target != "cpu":
         env["PYTHONPATH"] = os.pathsep.join([VENDORS] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     args = [sys.executable, os.path.join(ORACLE, "cuda_semantics.py"), "--observe", "--programs", "0"]
-    probes = json.loads(run(args, env=env, timeout=600).stdout)["probes"]
+    out = run(args, env=env, timeout=600).stdout
+    if target != "cpu":  # torch's own message lists the PrivateUse1 device by the name the plug-in gave it
+        out = out.replace(f", {target} device type", ", privateuseone device type")
+    probes = json.loads(out)["probes"]
     programs = {}
     script = ("import json, sys; sys.path.insert(0, sys.argv[1]); import cuda_semantics as c; "
               f"print(json.dumps([c.run_program(c.program(s, tensor_draws={TENSOR_DRAWS[target]})) "
@@ -161,7 +166,7 @@ def test_generated_programs_on_the_cpu_target(install_cpu, ops):
 
     transfer.uninstall()
     expected = cuda_expected.model_program(ops, COUNT)  # CUDA's semantics, computed without the shim
-    install_cpu(TRANSFER_CPU_DEVICES=COUNT, TRANSFER_CPU_AMP_DTYPE="float16", CUDA_VISIBLE_DEVICES="")
+    install_cpu(TRANSFER_CPU_DEVICES=COUNT, TRANSFER_CPU_AMP_DTYPE="float16", CUDA_VISIBLE_DEVICES=None)
     observed = cuda_semantics.run_program(ops)
     diffs = cuda_expected.differences(observed, expected)
     assert not diffs, f"{ops}\n" + "\n".join(diffs)
