@@ -175,7 +175,7 @@ def _static(owner, attribute):
     try:
         return inspect.getattr_static(owner, attribute)
     except AttributeError:
-        return getattr(owner, attribute)
+        return getattr(owner, attribute, None)  # None: not there (an attribute transfer adds)
 
 
 def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(install_cpu, tmp_path):

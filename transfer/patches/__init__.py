@@ -53,6 +53,8 @@ class PatchContext:
         self.registry = registry
         self.target = target
         self.runtime = runtime  # torch.<vendor> module, or transfer.cpu_runtime
+        # The cpu target's departures from a vendor target (transfer/cpu_target.py), None on a vendor.
+        self.cpu = importlib.import_module("transfer.cpu_target") if profile.is_cpu else None
         self.strict = strict
         self.device_selected = False  # the script (or transfer) has chosen a device
         self.env_changes: Dict[str, Any] = {}

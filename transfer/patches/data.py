@@ -21,13 +21,12 @@ from ._calls import device_first
 
 def apply(ctx) -> None:
     reg = ctx.registry
-    is_cpu = ctx.profile.is_cpu
+    cpu = ctx.cpu
     device_type = ctx.profile.device_type
 
     def loader_init(wrapped, instance, args, kwargs):
-        if is_cpu:
-            kwargs["pin_memory"] = False
-            kwargs.pop("pin_memory_device", None)
+        if cpu is not None:
+            cpu.loader_kwargs(kwargs)
         elif isinstance(kwargs.get("pin_memory_device"), str) and kwargs["pin_memory_device"].lower().startswith("cuda"):
             kwargs["pin_memory_device"] = device_type
         return wrapped(*args, **kwargs)

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 def apply(ctx) -> None:
     translate = ctx.target.translator("DistributedDataParallel(device_ids)")
-    on_cpu = ctx.profile.is_cpu
+    on_cpu = ctx.cpu is not None
 
     def ddp_init(wrapped, instance, args, kwargs):
         args = list(args)

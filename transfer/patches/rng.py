@@ -62,7 +62,7 @@ _LIKE = ("rand_like", "randn_like", "randint_like")
 
 
 def apply(ctx) -> None:
-    if not ctx.profile.is_cpu:
+    if ctx.cpu is None:
         return  # a vendor's device has generators of its own, used by its own kernels
     reg = ctx.registry
     for name in _DROPOUTS:
@@ -94,7 +94,7 @@ def factory_draws(ctx, name: str, original):
     argument names (None for another device); `undirected()` runs before a call without one that draws on
     an existing tensor (``*_like``, ``normal(tensor, ...)``): the notice.
     """
-    if not ctx.profile.is_cpu or name not in RANDOM_FACTORIES:
+    if ctx.cpu is None or name not in RANDOM_FACTORIES:
         return None
     from ..devices import parse_cuda
 
