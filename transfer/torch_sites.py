@@ -100,6 +100,28 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("_native/ops/foreach_mm/impl.py", "_foreach_mm_cond"): (NATIVE, "grouped-GEMM kernels run on CUDA only"),
     ("_native/ops/scatter_add/cutedsl_impl.py", "_base_cond_ok.<genexpr>"): (
         NATIVE, "CuTe DSL kernels run on CUDA only"),
+    # (torch 2.14)
+    ("_higher_order_ops/cudagraph_conditional_nodes.py", "_is_boolean_scalar_cuda_tensor"): (
+        NATIVE, "CUDA graph conditional nodes need CUDA memory"),
+    ("_inductor/lowering.py", "_strict_sum_layout_eligible"): (NATIVE, "inductor compiles for the real device"),
+    ("_inductor/fx_passes/pad_mm.py", "should_pad_addmm"): (NATIVE, "as pad_mm.check_device"),
+    ("_inductor/kernel/flex_gemm/runtime.py", "check_matrix"): (NATIVE, "CUDA gemm kernels only"),
+    ("_native/ops/sum/cutedsl_impl.py", "_base_cond_ok"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/sum/cutedsl_impl.py", "_out_cond"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("nn/attention/varlen.py", "_can_use_cudnn"): (NATIVE, "the cuDNN varlen kernel is CUDA-only"),
+    ("cuda/memory.py", "_annotate_tensor"): (
+        NATIVE, "annotates CUDA allocator memory: torch's own ValueError instead of a missing CUDA binding"),
+    # (torch 2.0)
+    ("_inductor/decomposition.py", "check_device"): (NATIVE, "inductor's matmul padding is a CUDA tuning pass"),
+    ("_inductor/decomposition.py", "should_pad_bench"): (NATIVE, "as _inductor/decomposition.check_device"),
+    ("_inductor/codegen/autotuner.py", "tuned_conv"): (NATIVE, "inductor compiles for the real device"),
+    ("_prims/nvfuser_executor.py", "nvfuser_execute.<genexpr>"): (NATIVE, "nvFuser runs on CUDA only"),
+    ("distributed/checkpoint/filesystem.py", "_write_files_from_queue"): (
+        NATIVE, "asserts the tensors it writes are in host memory, which the cpu target's are"),
+    ("optim/adam.py", "Adam.__init__.<genexpr>"): (
+        NATIVE, "fused=True: torch's own 'requires all the params to be CUDA' error instead of a missing "
+                "fused CPU kernel (torch 2.0)"),
+    ("optim/adamw.py", "AdamW.__init__.<genexpr>"): (NATIVE, "as Adam.__init__"),
     # -- cuda: the CUDA branch computes what CUDA computes
     ("_decomp/decompositions.py", "_addmm_activation"): (
         CUDA, "CUDA's fused addmm+GELU uses the tanh approximation; the decomposition does so for CUDA tensors"),
@@ -110,6 +132,10 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("_dynamo/variables/optimizer.py", "OptimizerVariable._set_capturable.safe_to_set_capturable"): (
         CUDA, "a compiled optimizer.step() sets capturable=True for CUDA parameters (kept in its state_dict); "
               "capturable Adam/AdamW compute the same on the CPU"),
+    ("cuda/amp/autocast_mode.py", "_cast"): (
+        CUDA, "torch < 2.4: custom_fwd(cast_inputs=...) casts CUDA floating tensors, as on CUDA"),
+    ("optim/optimizer.py", "_default_to_fused_or_foreach.<genexpr>"): (
+        CUDA, "the foreach implementation, CUDA's default; same values as the loop"),
     # -- same: both branches compute the same on the target
     ("nested/_internal/ops.py", "to_padded_tensor_default"): (
         SAME, "bool values pass through uint8 (a CUDA kernel gap) and back: same values"),
@@ -121,6 +147,21 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
         SAME, "asks get_device_capability, which answers (0, 0) off CUDA: the fp8 path is not taken"),
     ("distributed/fsdp/sharded_grad_scaler.py", "_is_supported_device"): (SAME, "the target's device is supported"),
     ("cuda/__init__.py", "device_of.__init__"): (SAME, "torch.cuda.device_of is the target's own under transfer"),
+    ("distributed/checkpoint/filesystem.py", "_OverlappingCpuLoader._refill"): (
+        SAME, "copies device tensors to host memory, which they already are in"),
+    ("distributed/fsdp/_optim_utils.py", "_communicate_optim_state"): (
+        SAME, "moves between host and device memory: the same memory on the cpu target"),
+    ("distributed/fsdp/_shard_utils.py", "_all_gather_sharded_tensor"): (SAME, "as _communicate_optim_state"),
+    ("distributed/fsdp/_shard_utils.py", "_gather_state_dict"): (SAME, "as _communicate_optim_state"),
+    ("distributed/fsdp/_state_dict_utils.py", "_sharded_pre_load_state_dict_hook"): (
+        SAME, "as _communicate_optim_state"),
+    ("nn/modules/activation.py", "MultiheadAttention.forward"): (
+        SAME, "the fast path accepts CUDA and CPU tensors alike"),
+    ("nn/modules/transformer.py", "TransformerEncoder.forward"): (SAME, "as MultiheadAttention.forward"),
+    ("nn/modules/transformer.py", "TransformerEncoderLayer.forward.<genexpr>"): (
+        SAME, "as MultiheadAttention.forward"),
+    ("nn/utils/convert_parameters.py", "_check_param_device"): (
+        SAME, "every parameter is on the same (virtual) device either way"),
     # -- script: the script's view of its own tensors
     ("nn/utils/rnn.py", "PackedSequence.cuda"): (SCRIPT, "a PackedSequence already 'on CUDA' moves as the script meant"),
     ("nn/utils/rnn.py", "PackedSequence.is_cuda"): (SCRIPT, "the is_cuda property of a torch class: the script's view"),
@@ -130,6 +171,18 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("utils/checkpoint.py", "get_device_states"): (
         SCRIPT, "torch < 2.1 stashes the RNG state of the script's CUDA devices (on the cpu target "
                 "patches/rng.py restores the per-device generators itself)"),
+    ("cuda/amp/grad_scaler.py", "_MultiDeviceReplicator.__init__"): (
+        SCRIPT, "torch < 2.3's CUDA-only GradScaler asserts its tensors are CUDA: the target's pass"),
+    ("cuda/amp/grad_scaler.py", "GradScaler.scale"): (SCRIPT, "as _MultiDeviceReplicator"),
+    ("cuda/amp/grad_scaler.py", "GradScaler.scale.apply_scale"): (SCRIPT, "as _MultiDeviceReplicator"),
+    ("optim/adam.py", "_single_tensor_adam"): (
+        SCRIPT, "capturable=True asserts CUDA tensors; capturable Adam computes the same on the target"),
+    ("optim/adam.py", "_multi_tensor_adam.<genexpr>"): (SCRIPT, "as _single_tensor_adam"),
+    ("optim/adamw.py", "_single_tensor_adamw"): (SCRIPT, "as _single_tensor_adam"),
+    ("optim/adamw.py", "_multi_tensor_adamw.<genexpr>"): (SCRIPT, "as _single_tensor_adam"),
+    ("nn/modules/container.py", "ParameterList.extra_repr"): (
+        SCRIPT, "torch < 2.1 prints '(GPU <get_device()>)': '(GPU -1)' on the cpu target, '(GPU 0)' on CUDA"),
+    ("nn/modules/container.py", "ParameterDict.extra_repr"): (SCRIPT, "as ParameterList.extra_repr"),
     # -- tooling: CUDA-only tools, not reached by a script on the target
     ("cuda/_sanitizer.py", "ArgumentHandler._handle_argument"): (TOOLING, "CUDA stream sanitizer"),
     ("cuda/_utils.py", "_CudaKernel.__call__"): (TOOLING, "CUDA driver kernel launches"),
@@ -140,6 +193,9 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("_dynamo/repro/after_aot.py", "_build_symbolic_wrapper"): (TOOLING, "writes repro scripts"),
     ("_dynamo/repro/aoti.py", "repro_run"): (TOOLING, "writes repro scripts"),
     ("_dynamo/repro/aoti.py", "repro_minify"): (TOOLING, "writes repro scripts"),
+    ("_dynamo/debug_utils.py", "NNModuleToString.convert"): (TOOLING, "writes repro scripts"),
+    ("_dynamo/debug_utils.py", "save_graph_repro"): (TOOLING, "writes repro scripts"),
+    ("_dynamo/debug_utils.py", "inductor_fails"): (TOOLING, "the minifier"),
     # -- other: not Tensor.is_cuda
     ("multiprocessing/reductions.py", "reduce_storage"): (OTHER, "UntypedStorage.is_cuda (storages are not patched)"),
     ("backends/cudnn/__init__.py", "_init"): (OTHER, "torch._C._cudnn.is_cuda: a module flag"),
@@ -147,6 +203,9 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
         OTHER, "a context field computed from device.type == 'cuda'"),
     ("nn/modules/linear_cross_entropy.py", "_ChunkViews.logits_upcast"): (OTHER, "as _ChunkViews.weight_grad_input"),
     ("overrides.py", "get_testing_overrides"): (OTHER, "Tensor.is_cuda.__get__ as a dict key, not a read"),
+    ("_utils.py", "_cuda"): (OTHER, "a storage's is_cuda (torch < 2.1's Storage.cuda)"),
+    ("storage.py", "_StorageBase.pin_memory"): (OTHER, "a storage's is_cuda"),
+    ("storage.py", "_StorageBase.share_memory_"): (OTHER, "a storage's is_cuda"),
 }
 
 
