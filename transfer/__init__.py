@@ -107,6 +107,10 @@ def _apply(profile, registry, strict):
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
     from .thirdparty import apply as provide_packages
 
+    if profile.is_cpu:
+        from .patches.amp import cpu_amp_dtype
+
+        cpu_amp_dtype()  # a bad TRANSFER_CPU_AMP_DTYPE raises here, before anything is patched
     runtime = cpu_runtime if profile.is_cpu else getattr(torch, profile.device_type)
     ctx = PatchContext(
         profile=profile,
@@ -193,6 +197,7 @@ def status() -> Dict[str, Any]:
             patches=ctx.registry.names(),
             disabled=sorted(ctx.registry.disabled),
             environment=dict(ctx.env_changes),
+            substitutions=dict(ctx.substitutions),
             translations=translations_table(ctx.target),
         )
         if getattr(ctx, "log", None) is not None:
@@ -211,6 +216,8 @@ def report() -> str:
     ]
     for name, value in info["environment"].items():
         lines.append(f"  env {name}={value}")
+    for what, instead in info["substitutions"].items():
+        lines.append(f"  {what} runs as {instead}")
     for row in info["translations"]:
         lines.append(f"  {row['api']}: {row['argument']} -> {row['to']}  (first at {row['first_site']})")
     for site in info.get("call_sites", ()):
@@ -250,8 +257,9 @@ def _say_once(message: str) -> None:
 
 def _banner(ctx) -> None:
     profile = ctx.profile
+    instead = "".join(f"; {what} runs as {how}" for what, how in ctx.substitutions.items())
     _say_once(
-        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}; "
+        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}{instead}; "
         f"transfer.report() lists what was translated"
     )
     path = os.environ.get("TRANSFER_REPORT")

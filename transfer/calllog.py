@@ -56,8 +56,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from . import support
-from .devices import _PACKAGE_DIR, _TORCH_DIR, parse_cuda
+from . import frames, support
+from .devices import parse_cuda
 from .likeness import PathWrapper, alias_meta, present
 
 # Areas not listed decide nothing a user's CUDA call asks: environment (variables set once at
@@ -72,6 +72,8 @@ _LEFT = {
     "ddp.sync_batchnorm_check": "torch's own hook inside DDP construction, which is logged",
     "data_parallel.forward": "per step; DataParallel construction is logged with what it became",
     "sync_batchnorm.forward": "per step; SyncBatchNorm construction is logged",
+    "amp.autocast_state": "entering an autocast region, whose construction is logged",
+    "amp.autocast_state_exit": "leaving an autocast region, whose construction is logged",
 }
 _DEVICE_KEYS = ("device", "map_location", "device_type", "device_id", "pin_memory_device")
 
@@ -151,37 +153,6 @@ def _short(value: Any) -> str:
         return "[" + ", ".join(map(str, value)) + "]"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-# ------------------------------------------------------------- the user's frame
-_INTERNAL: Dict[Any, bool] = {}  # code object -> True when it is torch's or transfer's
-
-
-def _internal(code) -> bool:
-    known = _INTERNAL.get(code)
-    if known is None:
-        name = code.co_filename
-        known = _INTERNAL[code] = (name.startswith(_PACKAGE_DIR) or name.startswith(_TORCH_DIR)
-                                   or name.startswith("<frozen")
-                                   or name.endswith("typing_extensions.py"))  # deprecated torch.cuda.amp APIs
-    return known
-
-
-def _user_frame(frame):
-    while frame is not None and _internal(frame.f_code):
-        frame = frame.f_back
-    return frame
-
-
-def _called_by_torch(frame) -> bool:
-    """The nearest caller outside transfer is torch's own code (SyncBatchNorm's forward asking
-    torch.cuda.is_available(), torch.manual_seed seeding CUDA): torch's business, which differs
-    between torch versions, not a call the user's code makes."""
-    while frame is not None and _internal(frame.f_code):
-        if frame.f_code.co_filename.startswith(_TORCH_DIR):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _is_launcher() -> bool:
@@ -322,10 +293,10 @@ def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
     namespace = api.startswith("torch.cuda.") and "." not in api[len("torch.cuda."):]
 
     def slow(frame, args, kwargs):
-        if namespace and _called_by_torch(frame):
+        if namespace and frames.called_by_torch(frame):
             seen.add((frame.f_code, frame.f_lasti))
             return
-        frame = _user_frame(frame)
+        frame = frames.user_frame(frame)
         if frame is None:
             return
         key = (frame.f_code, frame.f_lasti)
@@ -361,7 +332,7 @@ def _logging_wrapper(log: CallLog, api: str, replacement: PathWrapper) -> PathWr
     seen: set = set()
 
     def wrapper(wrapped, instance, args, kwargs):
-        frame = _user_frame(sys._getframe(1))
+        frame = frames.user_frame(sys._getframe(1))
         if frame is None or (frame.f_code, frame.f_lasti) in seen:
             return inner(wrapped, instance, args, kwargs)
         passed = []
@@ -480,7 +451,7 @@ def _logging_class(log: CallLog, api: str, replacement: type) -> type:
     seen: set = set()
 
     def log_call(args, kwargs):
-        frame = _user_frame(sys._getframe(2))
+        frame = frames.user_frame(sys._getframe(2))
         if frame is None or (frame.f_code, frame.f_lasti) in seen:
             return
         if device_only:
@@ -514,7 +485,7 @@ def _logging_getter(log: CallLog, getter: Any) -> property:
 
     def first_read(frame, tensor):
         done.add((frame.f_code, frame.f_lasti))
-        if not _internal(frame.f_code):  # torch reading is_cuda for itself is not the user's call
+        if not frames.is_internal(frame.f_code):  # torch reading is_cuda for itself is not the user's call
             log.add("Tensor.is_cuda", frame, None, {}, entry.cls, f"{entry.to} ({get(tensor)})")
 
     def is_cuda(self):

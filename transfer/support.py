@@ -165,6 +165,12 @@ def _cuda_support(profile: str, name: str) -> Support:
 # profile, and per-profile overrides. `to` "" means nothing replaces the call.
 _Row = Tuple[str, str, str, str, Dict[str, Tuple[str, str, str]]]
 
+#: The cpu target's autocast: CUDA's float16 (also the default when no dtype is given) runs as bfloat16.
+_CPU_AUTOCAST = (TRANSLATED, "torch.autocast('cpu', dtype=bfloat16)",
+                 "float16 (CUDA's default) runs as bfloat16: fp16 matmul on CPUs is ~1000x slower; "
+                 "TRANSFER_CPU_AMP_DTYPE=float16 keeps float16")
+
+
 OTHER_APIS: Tuple[_Row, ...] = (
     ("Tensor.cuda", TRANSLATED, "Tensor.to('{dev}')", "moves to the target device; the index is kept",
      {"cpu": (TRANSLATED, "Tensor.to('cpu', copy=True)", "a copy, as CUDA copies host memory to the device "
@@ -193,12 +199,14 @@ OTHER_APIS: Tuple[_Row, ...] = (
     ("torch.device('cuda')", TRANSLATED, "torch.device('{dev}') where used",
      "the object stays a CUDA device; every patched API translates it where it is passed", {}),
     ("torch.cuda.amp.autocast", TRANSLATED, "torch.autocast('{dev}')", "torch.cuda.amp.autocast passes 'cuda'",
-     {"cpu": (TRANSLATED, "torch.autocast('cpu', dtype=bfloat16)",
-              "fp16 becomes bf16 (fp16 matmul on CPUs is ~1000x slower); TRANSFER_CPU_AMP_DTYPE=float16 keeps it")}),
+     {"cpu": _CPU_AUTOCAST}),
     ("torch.cuda.amp.GradScaler", TRANSLATED, "torch.amp.GradScaler('{dev}')", "scaler on the target device", {}),
-    ("torch.cuda.amp.custom_fwd", TRANSLATED, "torch.amp.custom_fwd(device_type='{dev}')", "", {}),
+    ("torch.cuda.amp.custom_fwd", TRANSLATED, "torch.amp.custom_fwd(device_type='{dev}')", "",
+     {"cpu": (TRANSLATED, "torch.amp.custom_fwd(device_type='cpu')",
+              "cast_inputs=torch.float16 casts to bfloat16 unless TRANSFER_CPU_AMP_DTYPE=float16")}),
     ("torch.cuda.amp.custom_bwd", TRANSLATED, "torch.amp.custom_bwd(device_type='{dev}')", "", {}),
-    ("torch.autocast", TRANSLATED, "torch.autocast('{dev}')", "device_type 'cuda' is translated", {}),
+    ("torch.autocast", TRANSLATED, "torch.autocast('{dev}')", "device_type 'cuda' is translated",
+     {"cpu": _CPU_AUTOCAST}),
     ("torch.amp.GradScaler", TRANSLATED, "torch.amp.GradScaler('{dev}')", "device 'cuda' is translated", {}),
     ("torch.backends.cudnn", NOOP, "", "cuDNN flags; the target runs its own kernels and never reads them", {}),
     ("torch.backends.cuda", NOOP, "", "CUDA matmul/SDPA flags; the target never reads them", {}),

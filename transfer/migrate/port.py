@@ -265,8 +265,8 @@ class _Porter(cst.CSTTransformer):
         if value is None:
             return updated
         templated = "{" in value or "%" in value
-        if scan.DEVICE_STRING.match(value.strip()) and (not templated or self._template(original)):
-            new = self.dev + value.strip()[4:]
+        if scan.is_device_text(value) and (not templated or self._template(original)):
+            new = self.dev + value[4:]
             kind = "device"
         elif scan.NCCL_STRING.match(value.strip()) and value.strip().lower() == "nccl":
             new = self.profile.backend
@@ -289,7 +289,7 @@ class _Porter(cst.CSTTransformer):
 
     def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString) -> cst.BaseExpression:
         parts = updated.parts
-        if not parts or not isinstance(parts[0], cst.FormattedStringText) or parts[0].value.lower() != "cuda:" \
+        if not parts or not isinstance(parts[0], cst.FormattedStringText) or parts[0].value != "cuda:" \
                 or len(parts) < 2:
             return updated
         position = self._position(original)
@@ -311,9 +311,9 @@ class _Porter(cst.CSTTransformer):
         value = _string_value(target.comparator)
         if value is None or not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
             return updated
-        if value.lower() == "cuda":
+        if value == "cuda":  # a device type is lowercase: x.device.type == "CUDA" is False on CUDA too
             new = self.dev
-        elif value.lower() == "nccl":
+        elif value.lower() == "nccl":  # torch's Backend lowercases backend names
             new = self.profile.backend
         else:
             return updated

@@ -6,7 +6,8 @@ aliases (``import torch.cuda as tc``, ``from torch.cuda.amp import autocast``,
 ``from torch import cuda``), device strings (``"cuda"``, ``"cuda:1"``,
 ``f"cuda:{rank}"``, ``"cuda:{}".format(i)``), ``"nccl"`` backends and
 comparisons with ``"cuda"`` / ``"nccl"``. Matching is exact, never by
-substring: ``"/ckpt/cuda_model.pt"`` is not a device.
+substring: ``"/ckpt/cuda_model.pt"`` is not a device, and device strings are
+read with torch's own grammar (`transfer.device_grammar`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import re
 from typing import Dict, List, NamedTuple, Optional
 
 from .. import support
+from ..device_grammar import cuda_index
 
-DEVICE_STRING = re.compile(r"^cuda(:(\d+|\{[^{}]*\}|%[di]|))?$", re.IGNORECASE)
+# A device string formatted right where it is written: "cuda:{}".format(i), "cuda:%d" % i.
+DEVICE_TEMPLATE = re.compile(r"^cuda:(\{[^{}]*\}|%[di])$")
 NCCL_STRING = re.compile(r"^(nccl|cuda:nccl|cpu:gloo,\s*cuda:nccl)$", re.IGNORECASE)
 
 # Qualified names reported as themselves (prefix match on a dotted name).
@@ -71,14 +74,20 @@ def api_of(qualified: str) -> Optional[str]:
     return support.thirdparty_api(qualified)  # flash_attn, xformers, ... (support.THIRDPARTY_APIS)
 
 
+def is_device_text(text: str) -> bool:
+    """`text` is a CUDA device exactly as torch parses it ("cuda", "cuda:1": `device_grammar`, so not
+    "CUDA:0" or " cuda", which fail on CUDA too), or a template of one ("cuda:{}", "cuda:%d")."""
+    return cuda_index(text) is not None or bool(DEVICE_TEMPLATE.match(text))
+
+
 def is_device_string(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return bool(DEVICE_STRING.match(node.value.strip()))
+        return is_device_text(node.value)
     if isinstance(node, ast.JoinedStr) and node.values:
         first = node.values[0]
         if isinstance(first, ast.Constant) and isinstance(first.value, str):
             head = first.value
-            return head.lower() == "cuda:" or bool(DEVICE_STRING.match(head.strip())) and len(node.values) == 1
+            return head == "cuda:" or is_device_text(head) and len(node.values) == 1
     return False
 
 

@@ -17,6 +17,7 @@ import torch.utils._device
 import torch.utils.data
 
 from ._calls import device_first
+from ..devices import parse_cuda
 
 
 def apply(ctx) -> None:
@@ -27,7 +28,7 @@ def apply(ctx) -> None:
     def loader_init(wrapped, instance, args, kwargs):
         if cpu is not None:
             cpu.loader_kwargs(kwargs)
-        elif isinstance(kwargs.get("pin_memory_device"), str) and kwargs["pin_memory_device"].lower().startswith("cuda"):
+        elif isinstance(kwargs.get("pin_memory_device"), str) and parse_cuda(kwargs["pin_memory_device"]) is not None:
             kwargs["pin_memory_device"] = device_type
         return wrapped(*args, **kwargs)
 
