@@ -22,8 +22,9 @@ factories       ``as_tensor`` / ``asarray`` with a CUDA device copy; random  `co
                 factories with one draw from the device's generator          patches/rng.py
 rng             per-device generators for dropout and SDPA's dropout,        patches/rng.py (cpu only)
                 activation checkpointing; a notice for other device draws
-amp             fp16 autocast runs as bf16 (TRANSFER_CPU_AMP_DTYPE);        patches/amp.py
-                GradScaler's kernels on torch < 2.3
+amp             CUDA's float16 autocast runs as bfloat16 (unless             patches/amp.py
+                TRANSFER_CPU_AMP_DTYPE=float16); GradScaler's kernels on    (`cpu_amp_dtype`)
+                torch < 2.3
 data            ``DataLoader(pin_memory=True)``: nothing to pin for          `loader_kwargs`
 ddp             no ``device_ids`` for a CPU module; SyncBatchNorm allowed    patches/ddp.py
 distributed     one gloo backend for every device type; no ``device_id``    `backend`, `device_id`

@@ -40,7 +40,8 @@ import sys
 import torch
 
 from .. import cpu_runtime
-from ..devices import _TORCH_DIR, _is_compiling, caller_site
+from .. import frames
+from ..devices import _is_compiling
 from ._calls import _finish
 
 logger = logging.getLogger("transfer")
@@ -48,8 +49,7 @@ logger = logging.getLogger("transfer")
 _DROPOUTS = ("dropout", "dropout_", "feature_dropout", "feature_dropout_", "alpha_dropout", "alpha_dropout_",
              "feature_alpha_dropout", "feature_alpha_dropout_")
 _MISS = object()
-_CHECKPOINT_FILE = os.path.join(_TORCH_DIR, "utils", "checkpoint.py")
-_TORCH_PREFIX = _TORCH_DIR + os.sep
+_CHECKPOINT_FILE = os.path.join(frames.TORCH_DIR, "utils", "checkpoint.py")
 
 #: Random ops on existing tensors: (owner, name). They stay on the CPU stream (module docstring).
 _TENSOR_DRAWS = ("uniform_", "normal_", "bernoulli_", "bernoulli", "random_", "exponential_", "geometric_",
@@ -223,8 +223,7 @@ class _Notice:
         return check
 
     def say(self, api) -> None:
-        caller = sys._getframe(3)  # say <- check <- the patched function <- its caller
-        if caller.f_code.co_filename.startswith(_TORCH_PREFIX):
+        if frames.called_by_torch(sys._getframe(3)):  # say <- check <- the patched function <- its caller
             return  # torch's own host-side draws (samplers, init) are where CUDA makes them too
         self.said = True
         logger.warning(
@@ -232,4 +231,4 @@ class _Notice:
             "tensor is a CPU tensor, so random ops on existing tensors cannot use the device's generator as "
             "CUDA does. From here on the CPU stream (torch.randperm, RandomSampler and DataLoader order) can "
             "differ from a CUDA run's; dropout and random factories with device='cuda' do use per-device "
-            "generators. See README, Known limits.", api, caller_site())
+            "generators. See README, Known limits.", api, frames.caller_site(3))
