@@ -12,13 +12,16 @@ is taken. The result is the median of the per-repeat ratios and their spread.
 
 Hand ports (what the "native" column runs):
 
-============================  ======================================  ===========================
-CUDA call (shim)              vendor hand port                        cpu hand port
-============================  ======================================  ===========================
-x.cuda()                      x.to('<v>:0')                           x.cpu()  (x.to('cpu') is
-                                                                      also shown: it is slower)
-x.to('cuda', non_blocking=1)  x.to('<v>', non_blocking=True)          x.to('cpu', non_blocking=True)
-x.to(cuda0)                   x.to(torch.device('<v>', 0))            x.to(torch.device('cpu'))
+============================  ======================================  ===============================
+CUDA call (shim)              vendor hand port                        cpu hand port (a copy, as CUDA
+                                                                      makes for a host tensor)
+============================  ======================================  ===============================
+x.cuda()                      x.to('<v>:0')                           x.clone()  (x.to('cpu',
+                                                                      copy=True) is also shown)
+x.to('cuda', non_blocking=1)  x.to('<v>', non_blocking=True)          x.to('cpu', non_blocking=True,
+                                                                      copy=True)
+x.to(cuda0)                   x.to(torch.device('<v>', 0))            x.to(torch.device('cpu'),
+                                                                      copy=True)
 torch.zeros(4, device='cuda') torch.zeros(4, device='<v>')            device='cpu'
 torch.randn(4,4,device=cuda)  device='<v>'                            device='cpu'
 x.is_cuda                     x.is_<v>                                x.is_cpu
@@ -27,13 +30,15 @@ torch.cuda.current_device()   torch.<v>.current_device()              torch.cpu.
 untouched calls               the same call                           the same call
 ============================  ======================================  ===========================
 
-x lives on the target device (for the cpu target, on the CPU), so `.to`-style
-calls are the no-op move that shows the wrapper's cost most plainly; the
-vendor rows add ``h.cuda()`` for a host tensor `h`, the copy a training loop
-makes for each batch. Two "info" rows carry no target: ``x.cuda()`` against
-``x.to('cpu')`` (the other cpu hand port), and the floor: a one-line Python
-function calling the C ``Tensor.to`` against ``x.to(dev)``, i.e. what any
-Python-level wrapper costs on the machine at hand.
+On a vendor x lives on the target device, so `.to`-style calls are the no-op
+move that shows the wrapper's cost most plainly; the vendor rows add
+``h.cuda()`` for a host tensor `h`, the copy a training loop makes for each
+batch. On the cpu target host memory is device memory and a move to CUDA is a
+copy (as CUDA makes one from host memory), so its hand port copies too. Two
+"info" rows carry no target: ``x.cuda()`` against ``x.to('cpu', copy=True)``
+(the other cpu hand port), and the floor: a one-line Python function calling
+the C ``Tensor.to`` against ``x.to(dev)``, i.e. what any Python-level wrapper
+costs on the machine at hand.
 """
 
 from __future__ import annotations
@@ -75,11 +80,12 @@ def rows_for(target: str) -> List[Row]:
     available, current = f"torch.{v}.is_available()", f"torch.{v}.current_device()"
     if cpu and not hasattr(torch.cpu, "current_device"):  # torch 2.0's torch.cpu has neither: a port writes constants
         available, current = "True", "0"
+    copy = ", copy=True" if cpu else ""  # the cpu target's moves copy, as CUDA's from host memory do
     rows = [
-        Row("x.cuda()", "translated", "x.cuda()", "x.cpu()" if cpu else f"x.to('{v}:0')"),
+        Row("x.cuda()", "translated", "x.cuda()", "x.clone()" if cpu else f"x.to('{v}:0')"),
         Row("x.to('cuda', non_blocking=True)", "translated", "x.to('cuda', non_blocking=True)",
-            f"x.to('{v}', non_blocking=True)"),
-        Row("x.to(device) [torch.device('cuda',0)]", "translated", "x.to(cuda0)", "x.to(dev0)"),
+            f"x.to('{v}', non_blocking=True{copy})"),
+        Row("x.to(device) [torch.device('cuda',0)]", "translated", "x.to(cuda0)", f"x.to(dev0{copy})"),
         Row("torch.zeros(4, device='cuda')", "translated", "torch.zeros(4, device='cuda')",
             f"torch.zeros(4, device='{v}')"),
         Row("torch.randn(4, 4, device='cuda')", "translated", "torch.randn(4, 4, device='cuda')",
@@ -92,7 +98,7 @@ def rows_for(target: str) -> List[Row]:
         Row("model.to(torch.bfloat16)", "untouched", "model.to(torch.bfloat16)", "model.to(torch.bfloat16)"),
     ]
     if cpu:
-        rows.append(Row("x.cuda() vs x.to('cpu')", "info", "x.cuda()", "x.to('cpu')"))
+        rows.append(Row("x.cuda() vs x.to('cpu', copy=True)", "info", "x.cuda()", "x.to('cpu', copy=True)"))
     else:
         rows.append(Row("h.cuda() (host tensor)", "translated", "h.cuda()", f"h.to('{v}:0')"))
     # The cost of any Python layer: the least a wrapper around x.to(device) can add.

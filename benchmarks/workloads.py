@@ -116,9 +116,9 @@ class HandPort:
         self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step(self, x, y):
-        device = self.device
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
+        device, copy = self.device, self.cpu  # cpu: the batch is copied, as CUDA copies it to the device
+        x = x.to(device, non_blocking=True, copy=copy)
+        y = y.to(device, non_blocking=True, copy=copy)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.criterion(self.model(x), y)
         loss.backward()

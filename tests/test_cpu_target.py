@@ -18,39 +18,46 @@ TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # to
 
 def test_tensor_calls_land_on_cpu(cpu_target):
     x = torch.arange(4.0)
-    assert x.cuda() is x  # already on the device: same tensor, as CUDA does
+    assert x.cuda() is not x  # a host-to-device move is a copy, as on CUDA (test_faithful_cpu.py)
     assert x.cuda(0).device.type == "cpu"
-    assert x.to("cuda", non_blocking=True) is x
+    assert x.to("cuda", non_blocking=True) is not x
     assert x.to(torch.device("cuda", 0)).device.type == "cpu"
     assert x.to("cuda:0", torch.float64).dtype == torch.float64
     assert x.to(device="cuda:0", dtype=torch.float16).dtype == torch.float16
     assert x.to(0).device.type == "cpu"
     assert x.to(torch.float16).dtype == torch.float16
     assert x.new_zeros(2, device="cuda").device.type == "cpu"
-    assert x.pin_memory() is x
+    assert x.pin_memory() is not x
     assert x.is_cuda and not torch.ones(1, device="meta").is_cuda
 
 
 # Tensor.to argument forms: (CUDA spelling, hand-port spelling). The wrapper
 # forwards by arity and drops the non_blocking keyword; each must behave as
-# the native call does, identity and errors included.
+# the native call does, identity and errors included. A move to CUDA is a
+# copy (as on CUDA), so its hand port says copy=True.
 TO_FORMS = [
-    (("cuda",), {}, ("cpu",), {}),
-    (("cuda:1",), {}, ("cpu",), {}),
-    ((torch.device("cuda", 0),), {}, (torch.device("cpu"),), {}),
-    (("cuda",), {"non_blocking": True}, ("cpu",), {"non_blocking": True}),
+    (("cuda",), {}, ("cpu",), {"copy": True}),
+    (("cuda:1",), {}, ("cpu",), {"copy": True}),
+    ((torch.device("cuda", 0),), {}, (torch.device("cpu"),), {"copy": True}),
+    (("cuda",), {"non_blocking": True}, ("cpu",), {"non_blocking": True, "copy": True}),
     (("cuda",), {"copy": True}, ("cpu",), {"copy": True}),
+    (("cuda",), {"copy": False}, ("cpu",), {"copy": True}),
     (("cuda", torch.float64), {}, ("cpu", torch.float64), {}),
+    (("cuda", torch.float32), {}, ("cpu", torch.float32), {"copy": True}),
+    (("cuda", torch.float32, True, False), {}, ("cpu", torch.float32, True, True), {}),
     (("cuda", torch.float64, True), {}, ("cpu", torch.float64, True), {}),
     (("cuda",), {"dtype": torch.float16, "non_blocking": True}, ("cpu",), {"dtype": torch.float16, "non_blocking": True}),
     ((), {"device": "cuda:0", "dtype": torch.float16}, (), {"device": "cpu", "dtype": torch.float16}),
-    ((), {"device": "cuda"}, (), {"device": "cpu"}),
+    ((), {"device": "cuda"}, (), {"device": "cpu", "copy": True}),
+    (("cpu",), {}, ("cpu",), {}),
     ((), {"dtype": torch.float64}, (), {"dtype": torch.float64}),
     ((torch.float16,), {}, (torch.float16,), {}),
     ((torch.float16,), {"non_blocking": True}, (torch.float16,), {"non_blocking": True}),
     ((torch.float16, False, True), {}, (torch.float16, False, True), {}),
     ((), {}, (), {}),
     (("cuda",), {"memory_format": torch.channels_last}, ("cpu",), {"memory_format": torch.channels_last}),
+    (("cuda",), {"memory_format": torch.preserve_format}, ("cpu",), {"memory_format": torch.preserve_format,
+                                                                    "copy": True}),
 ]
 
 
@@ -92,8 +99,8 @@ def test_device_memo_is_safe_across_threads(cpu_target, monkeypatch):
             got = x.to(spec, dtype)
             if got.dtype != dtype or got.device.type != "cpu":
                 failures.append((spec, got.dtype))
-            if x.to(spec) is not x:
-                failures.append((spec, "copy"))
+            if x.to(spec) is x:
+                failures.append((spec, "alias"))
 
     threads = [threading.Thread(target=hammer, args=s) for s in specs * 2]
     for t in threads:
@@ -152,7 +159,7 @@ def test_cuda_namespace(cpu_target, monkeypatch):
     assert torch.cuda.is_bf16_supported()
     torch.cuda.manual_seed(7)
     a = torch.randn(3, device="cuda")
-    torch.manual_seed(7)  # the CPU generator is the device generator here
+    torch.manual_seed(7)  # the device generator is a CPU generator seeded alike here
     assert torch.equal(a, torch.randn(3))
     state = torch.cuda.get_rng_state()
     b = torch.rand(2, device="cuda")

@@ -1,5 +1,6 @@
 """Collectives, DDP and SyncBatchNorm on the cpu target (gloo)."""
 
+import importlib
 import os
 
 import pytest
@@ -16,6 +17,7 @@ class Ctx:
         from transfer.profiles import PROFILES
 
         self.profile = PROFILES[name]
+        self.cpu = importlib.import_module("transfer.cpu_target") if self.profile.is_cpu else None  # as PatchContext
 
 
 @pytest.mark.parametrize("spelling, vendor, cpu", [

@@ -47,6 +47,11 @@ class Port:
     def valid(self, index):
         return index is None or 0 <= index < self.count
 
+    def copies(self, cuda, target):
+        """Whether the hand port of a move to `cuda` must say copy=True: on the cpu target the
+        target device is host memory, and a move to CUDA copies (as on CUDA)."""
+        return self.device_type == "cpu" and cuda is not target
+
 
 #: CUDA spellings torch.device rejects (FACTS: 'CUDA:0', ' cuda', 'cuda:01', 'cuda:²' raise on a real GPU).
 MALFORMED = ["CUDA:0", "Cuda", " cuda", "cuda ", "cuda:01", "cuda:\u00b2", "cuda:+1", "cuda:"]
@@ -157,6 +162,11 @@ def tensor_to(port, data):
     port_kw = {n[0]: n[2] for n in named[positional:] if n[1] is not None}
     if fmt is not None:
         cuda_kw["memory_format"] = port_kw["memory_format"] = fmt
+    if device is not None and port.copies(device, target):
+        if len(port_args) >= 4:
+            port_args[3] = True
+        else:
+            port_kw["copy"] = True
     x = torch.arange(16.0).reshape(1, 1, 4, 4)
     native = _native(torch.Tensor, "to")
     check(lambda: x.to(*cuda_args, **cuda_kw), lambda: native(x, *port_args, **port_kw), valid, (x,))
@@ -174,7 +184,8 @@ def tensor_cuda(port, data):
     x = torch.arange(16.0).reshape(1, 1, 4, 4)
     shim = (lambda: x.cuda(device=device, **kwargs)) if keyword else (lambda: x.cuda(device, **kwargs))
     native_to = (getattr(torch._C, "TensorBase", None) or torch._C._TensorBase).to  # torch < 2.3: _TensorBase
-    check(shim, lambda: native_to(x, target, **kwargs), valid, (x,))
+    port_kwargs = dict(kwargs, copy=True) if port.copies(device, target) else kwargs
+    check(shim, lambda: native_to(x, target, **port_kwargs), valid, (x,))
 
 
 NEW_ARGS = {"new_empty": (2,), "new_empty_strided": ((2,), (1,)), "new_zeros": (2,), "new_ones": (2,),
@@ -211,7 +222,7 @@ def _factory_args():
         "empty_strided": ((2, 2), (2, 1)), "eye": (3,), "full": ((2,), 1.5), "full_like": (t, 2.0),
         "hamming_window": (4,), "hann_window": (4,), "kaiser_window": (4,), "linspace": (0, 1, 5),
         "logspace": (0, 1, 5), "ones": (2,), "ones_like": (t,), "rand": (2,), "rand_like": (t,),
-        "randint": (0, 10, (3,)), "randint_like": (ti, 10), "randn": (2,), "randn_like": (t,), "randperm": (5,),
+        "randint": (0, 10, (3,)), "normal": (0.0, 1.0, (3,)), "randint_like": (ti, 10), "randn": (2,), "randn_like": (t,), "randperm": (5,),
         "range": (0, 3), "scalar_tensor": (2.0,),
         "sparse_bsc_tensor": (torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 2, 2), (2, 2)),
         "sparse_bsr_tensor": (torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 2, 2), (2, 2)),

@@ -204,41 +204,81 @@ def is_current_stream_capturing() -> bool:
     return False
 
 
-# RNG: the CPU generator is the device generator on this target. Use it
-# directly: torch.manual_seed itself calls torch.cuda.manual_seed_all.
+# RNG: each virtual device has a generator of its own, as each CUDA device has:
+# torch.cuda.manual_seed & co. never touch the CPU generator (torch.default_generator),
+# so the CPU stream (torch.randperm, RandomSampler, random_split) is the one a CUDA run
+# sees. torch.manual_seed seeds them all (it calls torch.cuda.manual_seed_all itself).
+# Draws that use them: random factories with a CUDA device and the dropout family
+# (transfer/cpu_target.py). A new generator starts from the seed torch gives every
+# generator, CPU or CUDA (67280421310721), as a CUDA device's does.
+_generators: list = []
+_generators_lock = threading.Lock()
+
+
+def generator(index: Optional[int] = None) -> torch.Generator:
+    """The generator of virtual device `index` (None: the current device)."""
+    if index is None:
+        index = _get_index()
+    try:
+        return _generators[index]
+    except IndexError:
+        with _generators_lock:
+            while len(_generators) <= index:
+                _generators.append(torch.Generator())
+        return _generators[index]
+
+
+def _generator_of(device: Any) -> torch.Generator:
+    return generator(_index(device))
+
+
 def manual_seed(seed: int) -> None:
-    torch.default_generator.manual_seed(int(seed))
+    generator().manual_seed(int(seed))
 
 
-manual_seed_all = manual_seed
+def manual_seed_all(seed: int) -> None:
+    for index in range(device_count()):
+        generator(index).manual_seed(int(seed))
 
 
 def seed() -> None:
-    torch.default_generator.seed()
+    generator().seed()
 
 
-seed_all = seed
+def seed_all() -> None:
+    """A random seed, the same on every device (torch.cuda.seed_all)."""
+    chosen = generator(0).seed()
+    for index in range(1, device_count()):
+        generator(index).manual_seed(chosen)
 
 
 def initial_seed() -> int:
-    return torch.default_generator.initial_seed()
+    return generator().initial_seed()
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    return torch.default_generator.get_state()
+    return _generator_of(device).get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
-    torch.default_generator.set_state(new_state)
+    _generator_of(device).set_state(new_state)
 
 
 def get_rng_state_all() -> list:
-    return [get_rng_state() for _ in range(device_count())]
+    return [generator(index).get_state() for index in range(device_count())]
 
 
 def set_rng_state_all(new_states: list) -> None:
-    if new_states:
-        set_rng_state(new_states[0])
+    for index, state in enumerate(new_states):
+        set_rng_state(state, index)
+
+
+def __getattr__(name: str) -> Any:
+    # torch.cuda.default_generators, read when the cpu target installs (the device count may
+    # come from the environment set just before): one generator per virtual device.
+    if name == "default_generators":
+        return tuple(generator(index) for index in range(device_count()))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Streams and events: CPU work is synchronous, so streams only need to exist;

@@ -165,6 +165,22 @@ class Registry:
 
         wrapt.register_post_import_hook(on_import, module)
 
+    def when_imported(self, name: str, module: str, action: Callable[[Any], None]) -> None:
+        """Call ``action(module)`` now, or when `module` is imported, unless reverted by then.
+
+        For changes that are not an attribute assignment (`action` registers its
+        own undo with `on_revert`); `replace_when_imported` is the attribute case.
+        """
+        if not self.enabled(name):
+            return
+
+        def on_import(loaded):
+            with self._lock:
+                if not self._reverted:
+                    action(loaded)
+
+        wrapt.register_post_import_hook(on_import, module)
+
     def on_revert(self, name: str, undo: Callable[[], None]) -> None:
         """Remember `undo` for a change that is not an attribute assignment."""
         with self._lock:

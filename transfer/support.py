@@ -93,7 +93,7 @@ VENDOR_API: Mapping[str, frozenset] = {
 
 #: torch.cuda names `transfer.cpu_runtime` answers for the cpu target.
 CPU_API = frozenset(
-    _DEVICE + _STREAMS + _RNG[1:] + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
+    _DEVICE + _STREAMS + _RNG + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
     + ("get_device_name", "get_device_properties", "is_bf16_supported", "get_device_capability",
        "is_current_stream_capturing", "ipc_collect", "get_sync_debug_mode", "set_sync_debug_mode",
        "is_tf32_supported", "set_per_process_memory_fraction")
@@ -172,13 +172,20 @@ _CPU_AUTOCAST = (TRANSLATED, "torch.autocast('cpu', dtype=bfloat16)",
 
 
 OTHER_APIS: Tuple[_Row, ...] = (
-    ("Tensor.cuda", TRANSLATED, "Tensor.to('{dev}')", "moves to the target device; the index is kept", {}),
+    ("Tensor.cuda", TRANSLATED, "Tensor.to('{dev}')", "moves to the target device; the index is kept",
+     {"cpu": (TRANSLATED, "Tensor.to('cpu', copy=True)", "a copy, as CUDA copies host memory to the device "
+                                                          "(also for a tensor already 'on CUDA', where CUDA returns it)")}),
     ("Module.cuda", TRANSLATED, "Module.to('{dev}')", "Module.cuda calls Tensor.cuda for each parameter", {}),
     ("Tensor.is_cuda", TRANSLATED, "Tensor.is_{dev}", "True on the target device", {}),
-    ("Tensor.to", TRANSLATED, "Tensor.to('{dev}')", "a 'cuda' device argument is translated exactly", {}),
-    ("Module.to", TRANSLATED, "Module.to('{dev}')", "a 'cuda' device argument is translated exactly", {}),
+    ("Tensor.to", TRANSLATED, "Tensor.to('{dev}')", "a 'cuda' device argument is translated exactly",
+     {"cpu": (TRANSLATED, "Tensor.to('cpu', copy=True)", "a 'cuda' device argument is translated exactly; the "
+                                                          "move copies, as CUDA's from host memory")}),
+    ("Module.to", TRANSLATED, "Module.to('{dev}')", "a 'cuda' device argument is translated exactly",
+     {"cpu": (TRANSLATED, "Module.to('cpu') with copied data", "Parameters stay the same objects, their data "
+                                                               "is copied, as on CUDA")}),
     ("Tensor.pin_memory", TRANSLATED, "Tensor.pin_memory('{dev}')", "pinned for the target device",
-     {"cpu": (NOOP, "", "pinned memory only speeds up copies to an accelerator; returns the tensor")}),
+     {"cpu": (TRANSLATED, "Tensor.clone()", "a copy, as on CUDA; not pinned (no accelerator to pin for): "
+                                            "is_pinned() is False")}),
     ("device='cuda'", TRANSLATED, "device='{dev}'",
      "factories, new_* methods, torch.Generator, torch.load(map_location=...) take the target device", {}),
     ("torch.Generator('cuda')", TRANSLATED, "torch.Generator('{dev}')",

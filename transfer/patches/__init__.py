@@ -24,7 +24,9 @@ AREAS = (
     "accelerator",  # torch.accelerator on the cpu target: none, as on a CPU-only build
     "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
     "dynamo",  # torch.compile answers x.is_cuda as eager does
+    "torch_is_cuda",  # torch's own is_cuda reads that must see the real answer (transfer/torch_sites.py)
     "module",  # nn.Module.to / .to_empty
+    "rng",  # cpu target: device draws (dropout, device factories) off the CPU stream, as on CUDA
     "factories",  # torch.zeros(..., device='cuda') and every other factory
     "serialization",  # torch.load map_location and CUDA checkpoints
     "amp",  # torch.autocast / GradScaler device types
@@ -51,6 +53,8 @@ class PatchContext:
         self.registry = registry
         self.target = target
         self.runtime = runtime  # torch.<vendor> module, or transfer.cpu_runtime
+        # The cpu target's departures from a vendor target (transfer/cpu_target.py), None on a vendor.
+        self.cpu = importlib.import_module("transfer.cpu_target") if profile.is_cpu else None
         self.strict = strict
         self.device_selected = False  # the script (or transfer) has chosen a device
         self.env_changes: Dict[str, Any] = {}

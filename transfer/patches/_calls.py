@@ -28,7 +28,7 @@ def _finish(wrapper: Callable, original: Callable, name: str) -> Callable:
     return wrapper
 
 
-def device_first(ctx, api: str, original: Callable, to_signature: bool = False) -> Callable:
+def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False) -> Callable:
     """Wrap a ``to``-style callable: device as first positional or `device=`.
 
     Three measured choices keep ``x.to(device)`` within 1.5x of the hand port:
@@ -39,9 +39,15 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False) 
     - arguments are forwarded with the arity they came with: a C method called
       as ``original(self, *args)`` costs ~250 ns more than ``original(self, a)``;
     - `to_signature` says `original` takes ``(device, dtype, non_blocking,
-      ...)`` positionally (Tensor.to, Module.to), so ``x.to('cuda',
+      copy, ...)`` positionally (Tensor.to, Module.to), so ``x.to('cuda',
       non_blocking=True)`` drops its keyword (~300 ns in torch's parser).
+
+    `copy_moves` (Tensor.to on the cpu target, whose device memory is host
+    memory): a call naming a CUDA device copies, as a host-to-device move does
+    on CUDA, so ``x.to('cuda')`` never aliases ``x``; other calls are untouched.
     """
+    if copy_moves:
+        return _finish(_copying_to(ctx, api, original), original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
     last = _NOTHING_SEEN  # (argument, translation)
@@ -78,10 +84,98 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False) 
     return _finish(to, original, api.rsplit(".", 1)[-1])
 
 
-def device_keyword(ctx, api: str, original: Callable) -> Callable:
-    """Wrap a callable whose device is the keyword argument `device=`."""
+def _copying_to(ctx, api: str, original: Callable) -> Callable:
+    """`device_first`'s Tensor.to for `copy_moves`: the same memo, plus whether the argument moved.
+
+    A move is a call whose device argument the target translated (a CUDA device);
+    it runs as ``to(device, dtype, non_blocking, copy=True)``: one C call, the copy
+    CUDA makes. Positional ``copy`` (the fourth argument) is forced True too.
+    """
     translator = ctx.target.translator(api)
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
+    last = (_NOTHING_SEEN[0], None, False)  # (argument, translation, moved)
+
+    def copying(self, device, args, kwargs):
+        if len(args) >= 3:  # (dtype, non_blocking, copy, ...)
+            return original(self, device, args[0], args[1], True, *args[3:], **kwargs)
+        kwargs["copy"] = True
+        return original(self, device, *args, **kwargs)
+
+    def to(self, first=_NO_ARG, /, *args, **kwargs):
+        nonlocal last
+        seen = last
+        if first is seen[0]:
+            if seen[2]:
+                if not args and not kwargs:
+                    return original(self, seen[1], None, False, True)  # the training loop's move
+                if not args and len(kwargs) == 1 and "non_blocking" in kwargs:
+                    return original(self, seen[1], None, kwargs["non_blocking"], True)
+                return copying(self, seen[1], args, kwargs)
+        elif type(first) in spec_types:
+            result = lookup(first, _MISS)
+            if result is _MISS:
+                result = miss(first)
+            moved = result is not first and result != first  # an equal cached object is no move
+            last = (first, result, moved)
+            if moved:
+                return copying(self, result, args, kwargs)
+        if kwargs:
+            device = kwargs.get("device")
+            if device is not None:
+                translated = translator(device)
+                if translated is not device and translated != device:
+                    kwargs["device"] = translated
+                    kwargs["copy"] = True
+            if first is _NO_ARG:
+                return original(self, *args, **kwargs)
+            return original(self, first, *args, **kwargs)
+        if args:
+            return original(self, first, *args)
+        if first is _NO_ARG:
+            return original(self)
+        return original(self, first)
+
+    return to
+
+
+def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
+    """Wrap a callable whose device is the keyword argument `device=`.
+
+    `draws` (random factories on the cpu target, see patches/rng.py): a pair
+    ``(generator_of, undirected)``. A call naming a CUDA device and no generator
+    gets ``generator=generator_of(device)``, the device's own, as on CUDA;
+    `undirected`, when not None, runs before any other call.
+    """
+    translator = ctx.target.translator(api)
+    lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
+
+    if draws is not None:
+        generator_of, undirected = draws
+
+        def drawing(*args, **kwargs):
+            if kwargs:
+                device = kwargs.get("device")
+                if device is not None and type(device) in spec_types:
+                    result = lookup(device, _MISS)
+                    if result is _MISS:
+                        result = miss(device)
+                    if result is not device:
+                        kwargs["device"] = result
+                        if generator_of is not None and kwargs.get("generator") is None:
+                            generator = generator_of(device)  # None: not a CUDA device after all
+                            if generator is not None:
+                                kwargs["generator"] = generator
+                                return original(*args, **kwargs)
+                        else:
+                            return original(*args, **kwargs)
+                if undirected is not None:
+                    undirected()
+                return original(*args, **kwargs)
+            if undirected is not None:
+                undirected()
+            return original(*args)
+
+        return _finish(drawing, original, api.rsplit(".", 1)[-1])
 
     def factory(*args, **kwargs):
         if kwargs:

@@ -18,7 +18,7 @@ import torch
 def apply(ctx) -> None:
     accelerator = getattr(torch, "accelerator", None)
     # torch >= 2.7 on a CUDA build: torch.accelerator.is_available() asks the patched torch.cuda.is_available().
-    if not ctx.profile.is_cpu or accelerator is None or not hasattr(accelerator, "current_accelerator"):
+    if ctx.cpu is None or accelerator is None or not hasattr(accelerator, "current_accelerator"):
         return
     try:
         native = torch._C._accelerator_getAccelerator()

@@ -46,7 +46,7 @@ _TYPED_STATE = hasattr(torch, "get_autocast_dtype")
 
 def apply(ctx) -> None:
     device_type = ctx.profile.device_type
-    half = cpu_amp_dtype() if ctx.profile.is_cpu else torch.float16
+    half = cpu_amp_dtype() if ctx.cpu is not None else torch.float16
     if half is not torch.float16:
         ctx.substitutions["float16 autocast"] = f"{_name(half)} (TRANSFER_CPU_AMP_DTYPE=float16 keeps float16)"
 
@@ -55,7 +55,7 @@ def apply(ctx) -> None:
 
     def dtype_for(dtype):
         """The dtype a CUDA autocast region with `dtype` runs in on the target."""
-        if not ctx.profile.is_cpu:
+        if ctx.cpu is None:
             return dtype
         if dtype is None:
             dtype = _cuda_state()[1]  # what CUDA uses when no dtype is given
@@ -118,7 +118,7 @@ def apply(ctx) -> None:
     reg.wrap("amp.autocast_state_exit", autocast, "__exit__", autocast_exit)
     if hasattr(torch.amp, "GradScaler"):  # torch < 2.3: only the CUDA-only torch.cuda.amp.GradScaler
         reg.wrap("amp.GradScaler", torch.amp.GradScaler, "__init__", scaler_init)
-    elif ctx.profile.is_cpu:
+    elif ctx.cpu is not None:  # its CPU kernels
         from .. import cpu_kernels
 
         library = cpu_kernels.register_grad_scaler()
@@ -127,7 +127,7 @@ def apply(ctx) -> None:
     if hasattr(torch.amp, "custom_fwd"):  # torch < 2.4: torch.cuda.amp.custom_fwd takes no device_type
         reg.wrap("amp.custom_fwd", torch.amp, "custom_fwd", custom)
         reg.wrap("amp.custom_bwd", torch.amp, "custom_bwd", custom)
-    elif ctx.profile.is_cpu:
+    elif ctx.cpu is not None:
         reg.wrap("amp.custom_fwd", torch.cuda.amp, "custom_fwd", cuda_custom_fwd)
 
 

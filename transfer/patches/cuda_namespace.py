@@ -38,7 +38,7 @@ _HARMLESS = support.HARMLESS
 
 def apply(ctx) -> None:
     cuda = torch.cuda
-    target_name = f"torch.{ctx.profile.device_type}" if not ctx.profile.is_cpu else "the cpu target"
+    target_name = f"torch.{ctx.profile.device_type}" if ctx.cpu is None else ctx.cpu.NAME
     names = [n for n in cuda.__all__ if n not in _SUBMODULES and not n.endswith(_SKIP_SUFFIXES)]
     names += [n for n in _INTERNAL_DEFAULTS if n not in names]
     placeholders = support.PLACEHOLDERS.get(ctx.profile.name, frozenset())
@@ -49,7 +49,7 @@ def apply(ctx) -> None:
         impl = getattr(ctx.runtime, name, None)
         if name == "get_device_capability":
             impl = _capability(ctx, original, impl, target_name, placeholder=name in placeholders)
-        elif name == "get_device_properties" and impl is not None and not ctx.profile.is_cpu:
+        elif name == "get_device_properties" and impl is not None and ctx.cpu is None:  # the cpu runtime's are CUDA's
             impl = _cuda_style_properties(_translating(ctx, name, original, impl))
         elif impl is not None:
             impl = _translating(ctx, name, original, impl)
@@ -112,7 +112,7 @@ def _device_position(original: Any) -> Optional[int]:
 
 def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
     """`impl` itself, or a layer over it translating its device argument."""
-    if ctx.profile.is_cpu:
+    if ctx.cpu is not None:
         return impl  # the cpu runtime reads 'cuda:N' itself: its virtual devices keep their index
     pos = _device_position(original) if original is not None else None
     if pos is None:

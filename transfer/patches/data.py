@@ -22,13 +22,12 @@ from ..devices import parse_cuda
 
 def apply(ctx) -> None:
     reg = ctx.registry
-    is_cpu = ctx.profile.is_cpu
+    cpu = ctx.cpu
     device_type = ctx.profile.device_type
 
     def loader_init(wrapped, instance, args, kwargs):
-        if is_cpu:
-            kwargs["pin_memory"] = False
-            kwargs.pop("pin_memory_device", None)
+        if cpu is not None:
+            cpu.loader_kwargs(kwargs)
         elif isinstance(kwargs.get("pin_memory_device"), str) and parse_cuda(kwargs["pin_memory_device"]) is not None:
             kwargs["pin_memory_device"] = device_type
         return wrapped(*args, **kwargs)

@@ -16,7 +16,7 @@ from ..devices import raise_as_torch
 
 def apply(ctx) -> None:
     translate = ctx.target.translator("DistributedDataParallel(device_ids)")
-    on_cpu = ctx.profile.is_cpu
+    on_cpu = ctx.cpu is not None
 
     def ddp_init(wrapped, instance, args, kwargs):
         args = list(args)

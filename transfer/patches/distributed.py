@@ -45,11 +45,8 @@ def translate_backend(ctx, backend):
         pair = f"{device.strip()}:{name.strip()}"
         if pair not in pairs:
             pairs.append(pair)
-    if ctx.profile.is_cpu:
-        names = {p.split(":", 1)[1] for p in pairs}
-        if len(names) == 1:
-            return names.pop()
-        pairs = [f"cpu:{target}"]
+    if ctx.cpu is not None:
+        return ctx.cpu.backend(pairs, target)
     return ",".join(pairs)
 
 
@@ -64,9 +61,7 @@ def apply(ctx) -> None:
 
     def device_id(value):
         translated = translate_device(value)  # checks the index against the device count
-        if ctx.profile.is_cpu and isinstance(translated, torch.device) and translated.type == "cpu":
-            return None  # torch rejects a cpu device_id; gloo binds no device
-        return translated
+        return translated if ctx.cpu is None else ctx.cpu.device_id(translated)
 
     def init_process_group(wrapped, instance, args, kwargs):
         asked = args[0] if args else kwargs.get("backend")

@@ -1,7 +1,7 @@
 """torch.zeros(..., device='cuda') and every other tensor factory.
 
 The list is torch's own (`torch.utils._device._device_constructors()`, the set
-`with torch.device(...)` relies on), plus the ``*_like`` factories. It is
+`with torch.device(...)` relies on), plus the ``*_like`` factories and ``torch.normal``. It is
 cached by torch, so it is read before any factory is replaced.
 """
 
@@ -11,8 +11,11 @@ import torch
 import torch.utils._device
 
 from ._calls import device_keyword
+from .rng import factory_draws
 
 _LIKE = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
+# torch.normal(mean, std, size, device=...) takes a device but is not in torch's list.
+_ALSO = _LIKE + ("normal",)
 _NAMESPACES = ("torch", "torch.fft", "torch.nested", "torch.sparse")
 
 
@@ -21,7 +24,7 @@ def factory_locations():
     import importlib
 
     wanted = {id(f) for f in torch.utils._device._device_constructors()}
-    wanted |= {id(getattr(torch, name)) for name in _LIKE}
+    wanted |= {id(getattr(torch, name)) for name in _ALSO}
     found = []
     for modname in _NAMESPACES:
         module = importlib.import_module(modname)
@@ -40,5 +43,9 @@ def _stray_alias(module, name, value) -> bool:
 
 def apply(ctx) -> None:
     for module, name in factory_locations():
-        api = f"{module.__name__}.{name}"
-        ctx.registry.replace(f"factories.{name}", module, name, device_keyword(ctx, api, getattr(module, name)))
+        api, original = f"{module.__name__}.{name}", getattr(module, name)
+        draws = factory_draws(ctx, name, original) if module is torch else None
+        wrapper = device_keyword(ctx, api, original, draws)
+        if ctx.cpu is not None and module is torch and name in ctx.cpu.SHARING:
+            wrapper = ctx.cpu.copying_factory(wrapper, name)  # as_tensor/asarray to CUDA copy
+        ctx.registry.replace(f"factories.{name}", module, name, wrapper)

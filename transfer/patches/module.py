@@ -9,7 +9,11 @@ from ._calls import device_first, device_keyword
 
 def apply(ctx) -> None:
     Module = torch.nn.Module
-    # Translating once here spares one cache lookup per parameter in _apply.
-    ctx.registry.replace("module.to", Module, "to", device_first(ctx, "Module.to", Module.to, to_signature=True))
+    if ctx.cpu is not None:
+        to = ctx.cpu.module_to(ctx, Module.to)  # the device stays CUDA for Tensor.to, which copies
+    else:
+        # Translating once here spares one cache lookup per parameter in _apply.
+        to = device_first(ctx, "Module.to", Module.to, to_signature=True)
+    ctx.registry.replace("module.to", Module, "to", to)
     ctx.registry.replace("module.to_empty", Module, "to_empty",
                          device_keyword(ctx, "Module.to_empty", Module.to_empty))

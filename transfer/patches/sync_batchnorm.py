@@ -18,7 +18,7 @@ from torch.nn.modules._functions import SyncBatchNorm as sync_batch_norm
 
 
 def apply(ctx) -> None:
-    if not ctx.profile.is_cpu:
+    if ctx.cpu is None:
         return
     from .. import cpu_kernels
 

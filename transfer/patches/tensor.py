@@ -17,7 +17,9 @@ _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_
 
 def apply(ctx) -> None:
     reg, Tensor = ctx.registry, torch.Tensor
-    reg.replace("tensor.to", Tensor, "to", device_first(ctx, "Tensor.to", Tensor.to, to_signature=True))
+    # cpu target: device memory is host memory, so a move to a CUDA device copies, as on CUDA.
+    reg.replace("tensor.to", Tensor, "to", device_first(ctx, "Tensor.to", Tensor.to, to_signature=True,
+                                                       copy_moves=ctx.cpu is not None))
     reg.replace("tensor.cuda", Tensor, "cuda", _cuda(ctx))
     for name in _NEW_METHODS:
         reg.replace(f"tensor.{name}", Tensor, name, device_keyword_method(ctx, name))
@@ -33,8 +35,8 @@ def _cuda(ctx):
     """x.cuda(device) is x.to(<target device>): one identity test, then the C method.
 
     Same memo as `_calls.device_first` (the last argument and its translation,
-    one tuple). On the cpu target every translation is the CPU, so the call
-    ends in the C `Tensor.cpu`, ~200 ns cheaper than `Tensor.to`.
+    one tuple). On the cpu target the call is a copy (``copy=True``): ``x.cuda()``
+    of a host tensor is a new tensor on CUDA, never ``x`` itself.
     """
     translator = ctx.target.translator("Tensor.cuda")
     preserve = torch.preserve_format
@@ -54,44 +56,29 @@ def _cuda(ctx):
             last = (device, result)
         return result
 
-    if ctx.profile.is_cpu:
-        native_cpu = _TensorBase.cpu
+    native_to = _TensorBase.to  # the C method, not our Tensor.to wrapper
+    copy = ctx.cpu is not None  # a vendor's move copies by itself; the cpu target's must be told to
 
-        def cuda(self, device=None, non_blocking=False, memory_format=preserve):
-            if device is not last[0]:
-                translate(device)  # checks the index, records the call for the report
-            if memory_format is preserve:
-                return native_cpu(self)
-            return native_cpu(self, memory_format=memory_format)
-    else:
-        native_to = _TensorBase.to  # the C method, not our Tensor.to wrapper
-
-        def cuda(self, device=None, non_blocking=False, memory_format=preserve):
-            seen = last
-            device = seen[1] if device is seen[0] else translate(device)
-            if memory_format is preserve:
-                return native_to(self, device, None, non_blocking)  # keywords cost ~250 ns
-            return native_to(self, device, None, non_blocking, memory_format=memory_format)
+    def cuda(self, device=None, non_blocking=False, memory_format=preserve):
+        seen = last
+        device = seen[1] if device is seen[0] else translate(device)
+        if memory_format is preserve:
+            return native_to(self, device, None, non_blocking, copy)  # keywords cost ~250 ns
+        return native_to(self, device, None, non_blocking, copy, memory_format=memory_format)
 
     return _finish(cuda, torch.Tensor.cuda, "cuda")
 
 
 def _pin_memory(ctx):
     native = torch.Tensor.pin_memory
-    if ctx.profile.is_cpu:
-        # Pinned host memory only speeds up copies to an accelerator; the cpu
-        # target has none, and stock torch raises here without one.
-        def pin_memory(self, device=None):
-            return self
-
-        return _finish(pin_memory, native, "pin_memory")
+    if ctx.cpu is not None:
+        return ctx.cpu.pin_memory(native)
     return device_keyword(ctx, "Tensor.pin_memory", native)
 
 
 def _is_cuda(ctx):
-    """The target's own getter, so `x.is_cuda` costs what `x.is_npu` costs."""
-    if ctx.profile.is_cpu:
-        return _TensorBase.__dict__["is_cpu"]  # C getset descriptor
+    """The target's own getter (``is_cpu``: the C getset descriptor on the cpu target), so
+    `x.is_cuda` costs what `x.is_npu` costs."""
     try:
         return inspect.getattr_static(torch.Tensor, f"is_{ctx.profile.device_type}")
     except AttributeError:
