@@ -252,8 +252,7 @@ def rng_device_factories_leave_cpu_stream():
     torch.rand(3, device="cuda")
     torch.randint(0, 10, (5,), device="cuda")
     torch.randperm(20, device="cuda")
-    torch.normal(torch.zeros(3, device="cuda"), 1.0)
-    torch.empty(4, device="cuda").uniform_()
+    torch.normal(0.0, 1.0, (3,), device="cuda")
     return {"plain": plain, "after_device_draws": _cpu_stream()}
 
 
@@ -267,6 +266,8 @@ def rng_device_ops_leave_cpu_stream():
     F.dropout(d, 0.5, training=True)
     torch.rand_like(d)
     d.bernoulli_(0.5)
+    torch.normal(torch.zeros(3, device="cuda"), 1.0)
+    torch.empty(4, device="cuda").uniform_()
     return {"plain": plain, "after_device_ops": _cpu_stream()}
 
 
