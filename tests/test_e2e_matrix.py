@@ -73,13 +73,12 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conftest import (EXAMPLES, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, free_port,
-                      full_batch_reference, kill_group)
+from conftest import (EXAMPLES, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, VISIBLE_DEVICES, clean_env, console_script,
+                      free_port, full_batch_reference, kill_group, no_gpu)
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
                  "gcu": "ECCL_SOCKET_IFNAME"}
-VISIBLE_DEVICES = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "sdaa": "SDAA_VISIBLE_DEVICES", "gcu": "TOPS_VISIBLE_DEVICES"}
 CELL_TIMEOUT = 420
 JOBS = max(1, int(os.environ.get("E2E_JOBS", "2")))
 IMPORT_LINE = "from transfer import auto as _  # the one line added to the script\n"
@@ -225,9 +224,12 @@ def vendor_site(profile: str, base: str) -> str:
 
 
 def environment(cell: Cell, workdir: str, base: str, **extra) -> dict:
+    """The cell's environment: nothing of this machine's (clean_env); real GPUs hidden (the cells are
+    a machine with the target's devices only) unless the cell sets CUDA_VISIBLE_DEVICES itself."""
     env = clean_env(PYTHONUNBUFFERED=1, SIM_ACCEL_STATS_DIR=os.path.join(workdir, "stats"),
                     TRANSFER_REPORT=os.path.join(workdir, "report-{pid}.json"))
-    env.pop("SIM_ACCEL_DEVICE_COUNT", None)
+    if "CUDA_VISIBLE_DEVICES" not in extra:
+        env.update(no_gpu(cell.profile))
     if cell.profile != "cpu":
         env["PYTHONPATH"] = vendor_site(cell.profile, base)
     if cell.way == "env":

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, clean_env, console_script, python, run
+from conftest import EXAMPLES, NO_GPU, clean_env, console_script, python, run
 
 pytestmark = pytest.mark.compat  # every way in, from the installed wheel, on every torch of the matrix
 
@@ -28,7 +28,7 @@ def test_import_line(tmp_path):
 def test_import_line_defaults_to_auto_which_is_cpu_here(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text("from transfer import auto as _\n" + PROBE + "\n")
-    proc = python(str(script))
+    proc = python(str(script), env=clean_env(**NO_GPU))  # "here": no GPU (auto stands aside for real CUDA)
     assert "cuda True cpu" in proc.stdout
 
 
@@ -39,7 +39,8 @@ def test_environment_variable_alone(tmp_path):
 
 
 def test_environment_variable_unset_changes_nothing():
-    proc = python("-c", "import torch; print(torch.cuda.is_available(), 'is_cuda' in torch.Tensor.__dict__)")
+    code = "import torch; print(torch.cuda.is_available(), 'is_cuda' in torch.Tensor.__dict__)"
+    proc = python("-c", code, env=clean_env(**NO_GPU))  # torch's own answer without a GPU: False
     assert proc.stdout.split() == ["False", "False"]
 
 

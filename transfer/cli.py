@@ -75,7 +75,14 @@ def _scan(args) -> int:
 
 
 def _port(args) -> int:
-    from .migrate import tree
+    try:
+        from .migrate import tree
+    except ImportError as exc:  # libcst is a dependency; an install with --no-deps (or a vendor image) may lack it
+        if (getattr(exc, "name", None) or "").split(".")[0] != "libcst":
+            raise
+        print(f"transfer port: needs libcst, which cannot be imported ({exc}); install it: pip install 'libcst>=1.0'",
+              file=sys.stderr)
+        return 2
 
     out = None if (args.diff or args.in_place) else (args.out or f"ported-{args.device}")
     try:
