@@ -1,5 +1,6 @@
 """Shared fixtures: an installed target per test, and subprocess runners."""
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -17,6 +18,12 @@ INSTALLED = os.environ.get("TESTING_INSTALLED_TRANSFER") == "1"
 VENDORS = os.path.join(ROOT, "tests", "vendors")
 EXAMPLES = os.path.join(ROOT, "examples")
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
+
+#: `transfer port` is a libcst codemod; libcst is a dependency of the wheel, but a checkout installed with
+#: --no-deps (or an offline machine) may lack it: its tests then skip with this reason.
+LIBCST = importlib.util.find_spec("libcst") is not None
+needs_libcst = pytest.mark.skipif(not LIBCST, reason="libcst is not installed (a dependency of cuda-transfer: "
+                                                     "pip install 'libcst>=1.0'); transfer port is a libcst codemod")
 
 #: A vendor stand-in needs torch's PrivateUse1 mechanism, as a real plug-in does (torch_npu starts at 2.1).
 STANDINS = hasattr(torch.utils, "generate_methods_for_privateuse1_backend")  # torch 2.0 has none
@@ -221,7 +228,24 @@ def python(*args, **kwargs):
 
 
 def pytest_configure(config):
+    # Tiers are selections: `-m "not slow"` is the fast tier (nox -s fast), everything is the full suite.
     config.addinivalue_line("markers", "compat: the compat suite, run on every torch of the matrix (nox -s compat)")
+    config.addinivalue_line("markers", "slow: not in the fast tier (nox -s fast runs -m 'not slow'): subprocess-heavy "
+                                       "tests (torchrun, e2e cells beyond one per way in, stand-ins, frameworks)")
+    config.addinivalue_line("markers", "standins: the vendor stand-ins' own tests (nox -s standins runs them on the "
+                                       "oldest and newest torch a stand-in exists for)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_properties(record_testsuite_property):
+    """What ran, in the junit file (docs/results.py makes README's table of them)."""
+    import platform
+
+    import transfer
+
+    record_testsuite_property("torch", torch.__version__)
+    record_testsuite_property("python", platform.python_version())
+    record_testsuite_property("transfer", transfer.__version__)
 
 
 def pytest_report_header(config):

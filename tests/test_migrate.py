@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import (EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, free_port,
-                      no_gpu)
+                      needs_libcst, no_gpu)
 
 FIXTURES = os.path.join(ROOT, "tests", "migrate_fixtures")
 
@@ -106,6 +106,7 @@ def test_docs_support_matrix_is_current():
     assert docs.main(["--check", "--output", path]) == 0
 
 
+@needs_libcst
 def test_port_safe_unsafe_idempotent_and_comments_kept():
     from transfer.migrate.port import port_source
 
@@ -128,6 +129,7 @@ def test_port_safe_unsafe_idempotent_and_comments_kept():
         port_source(src, "cpu")
 
 
+@needs_libcst
 def test_port_diff_applies_with_patch_and_second_run_is_a_noop(tmp_path):
     if shutil.which("patch") is None:
         pytest.fail("the `patch` program is needed for this test")
@@ -178,6 +180,7 @@ NATIVE_CASES = {
 }
 
 
+@needs_libcst
 @pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 @pytest.mark.parametrize("case", list(NATIVE_CASES))
 def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, case):
@@ -224,6 +227,7 @@ def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, 
     assert "Transformed 0 / Skipped 1 / Failed 0" in again.stderr, again.stderr  # a second run is a no-op
 
 
+@needs_libcst
 @pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 def test_port_reports_dataparallel_as_the_line_that_fails_natively(tmp_path):
     """What port leaves for a person is what breaks without transfer: nn.DataParallel scatters with
@@ -251,6 +255,7 @@ def test_port_reports_dataparallel_as_the_line_that_fails_natively(tmp_path):
     assert shim.returncode == 0 and re.search(r"parameters \w+ on npu:0", shim.stdout), shim.stdout + shim.stderr
 
 
+@needs_libcst
 def test_port_of_seed000_is_a_noop_it_is_sdaa_native_already(tmp_path):
     script = os.path.join(SCRIPTS, "seed000_sdaa_syncbn_demo.py")
     result = cli("port", script, "--device", "sdaa", "--out", str(tmp_path / "out"))
@@ -283,6 +288,7 @@ def test_launch_script_modes_and_carried_settings(tmp_path):
     assert "transfer" not in text.split("\n", 2)[2]  # beyond the header, the launcher never mentions transfer
 
 
+@needs_libcst
 def test_port_main_must_be_ported_and_not_with_diff(tmp_path):
     outside = cli("port", os.path.join(EXAMPLES, "train_cuda.py"), "--device", "npu", "--main",
                   os.path.join(SCRIPTS, "mmengine_like.py"), "--out", str(tmp_path / "o"), check=False)
