@@ -31,6 +31,12 @@ NO_STANDINS = (f"torch {torch.__version__} has no PrivateUse1 mechanism (hooks i
                "generate_methods_for_privateuse1_backend), so no vendor plug-in or stand-in exists for it")
 
 
+def needs_standins(test):
+    """For a test that runs a vendor stand-in: skipped with NO_STANDINS where none can exist (torch 2.0), and
+    slow (the stand-ins' C++ extension is built first: a minute or more on a fresh machine)."""
+    return pytest.mark.slow(pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)(test))
+
+
 @pytest.fixture
 def cpu_target(monkeypatch):
     """transfer installed for the cpu target for one test, uninstalled after."""

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, clean_env
+from conftest import EXAMPLES, INSTALLED, ROOT, SCRIPTS, clean_env, needs_standins
 
 # train_cuda.py --epochs 2, cpu target. One record per (API, line), whatever the loop count:
 #  49 torch.cuda.is_available; 54 torch.cuda.manual_seed_all; 57 torch.cuda.set_device;
@@ -124,7 +124,7 @@ def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1  # the summary: rank 0 only
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_ddp_and_syncbn_records_on_a_vendor_under_torchrun(tmp_path):
     from conftest import VENDORS, free_port
 

@@ -20,7 +20,7 @@ import typing
 import pytest
 import torch
 
-from conftest import NO_STANDINS, STANDINS, VENDORS, clean_env, free_port, python
+from conftest import VENDORS, clean_env, free_port, needs_standins, python
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
 
@@ -95,7 +95,7 @@ SCRIPTED_ON_VENDOR = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("vendor", ["sdaa", "gcu"])
 def test_scripted_cuda_device_runs_on_the_vendor_device(vendor, tmp_path):
     script = tmp_path / "scripted.py"
@@ -211,7 +211,7 @@ MESH_WITHOUT_SET_DEVICE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("disable", ["", "distributed.set_device_before_init"])
 def test_tccl_device_is_set_for_groups_torch_creates(disable, tmp_path):
     script = tmp_path / "mesh.py"

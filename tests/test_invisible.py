@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from conftest import NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, python
+from conftest import ROOT, SCRIPTS, VENDORS, clean_env, needs_standins, python
 from transfer.devices import InvalidDeviceError
 
 #: Natively picklable generators: torch 2.0's Generator has no __reduce__/__setstate__, so
@@ -151,7 +151,7 @@ def test_pickled_references_load_the_original_in_a_process_without_transfer(cpu_
     assert proc.stdout.decode().startswith("LOADED"), proc.stdout.decode() + proc.stderr.decode()[-3000:]
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_vendor_records_pickle_by_reference_across_processes(tmp_path):
     """On the sdaa stand-in (in a subprocess: stand-ins never load into this process),
     every record pickles, and a process without transfer or the vendor loads torch's original."""
@@ -329,7 +329,7 @@ print("ORDINALS OK")
 """
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_bad_ordinals_on_a_vendor_stand_in():
     code = VENDOR_ORDINALS.format(vendor="sdaa", env="SDAA_VISIBLE_DEVICES")
     proc = python("-c", code, env=clean_env(PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET=1),

@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from conftest import (EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, free_port,
-                      needs_libcst, no_gpu)
+from conftest import (EXAMPLES, INSTALLED, ROOT, SCRIPTS, VENDORS, clean_env, free_port, needs_libcst, needs_standins,
+                      no_gpu)
 
 FIXTURES = os.path.join(ROOT, "tests", "migrate_fixtures")
 
@@ -181,7 +181,7 @@ NATIVE_CASES = {
 
 
 @needs_libcst
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("case", list(NATIVE_CASES))
 def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, case):
     """The ported copy, started by the launch script port wrote, runs on the stand-in without transfer
@@ -228,7 +228,7 @@ def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, 
 
 
 @needs_libcst
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_port_reports_dataparallel_as_the_line_that_fails_natively(tmp_path):
     """What port leaves for a person is what breaks without transfer: nn.DataParallel scatters with
     CUDA-only C++. The shim runs the original on one device; the ported copy fails at that module."""

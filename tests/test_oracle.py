@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import NO_STANDINS, ROOT, STANDINS, VENDORS, clean_env, run
+from conftest import ROOT, VENDORS, clean_env, needs_standins, run
 
 ORACLE = os.path.join(ROOT, "tests", "oracle")
 sys.path.insert(0, ORACLE)
@@ -99,7 +99,7 @@ def test_cpu_target_computes_what_cuda_computes():
     check_target("cpu")
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("target", ["npu", "sdaa", "gcu"])
 def test_standin_computes_what_cuda_computes(target):
     check_target(target)

@@ -27,6 +27,7 @@ import torch
 from conftest import NO_GPU, NO_STANDINS, STANDINS, clean_env
 
 needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+pytestmark = [pytest.mark.standins, pytest.mark.slow]  # nox -s standins runs them on the oldest and newest torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENDORS_DIR = os.path.join(HERE, "vendors")
