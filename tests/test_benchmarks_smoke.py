@@ -18,6 +18,7 @@ import torch
 from conftest import clean_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.slow  # python -m benchmarks --quick: minutes
 FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog")
 TARGETS = ("cpu", "npu", "sdaa", "gcu")
 

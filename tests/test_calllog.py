@@ -58,6 +58,7 @@ def _line(record):
     return int(record["site"].rsplit(":", 1)[1])
 
 
+@pytest.mark.slow
 def test_log_of_train_cuda_has_each_call_site_once(tmp_path):
     script = os.path.join(EXAMPLES, "train_cuda.py")
     proc, records = _run_logged(script, tmp_path, "--epochs", "2", "--workdir", str(tmp_path / "w"))
@@ -92,6 +93,7 @@ def test_is_cuda_reads_streams_and_events_are_logged_once_per_site(tmp_path):
     assert {r["source"] for r in is_cuda} >= {"return t.is_cuda"}
 
 
+@pytest.mark.slow
 def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
     from conftest import free_port
 

@@ -318,6 +318,7 @@ _WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_two_process_gloo_sync_batchnorm(tmp_path):
     N, C, H, W = 6, 3, 4, 4
     bounds = [(0, 2), (2, 6)]  # uneven split: 2 and 4 samples

@@ -172,8 +172,12 @@ def _has_device_mesh_and_dtensor() -> bool:
     return True
 
 
+# The fast tier (nox -s fast, -m "not slow") runs one cell per way in on the cpu target; every other cell is slow.
+FAST_CELLS = {"train-cpu-import", "dp-cpu-env", "ddp-cpu-runner"}
+
+
 def _param(cell: Cell):
-    marks = compat_and_standin_marks(cell)
+    marks = compat_and_standin_marks(cell) + ([] if cell.id in FAST_CELLS else [pytest.mark.slow])
     if cell.script == "fsdp2" and not _has_fully_shard():
         marks.append(pytest.mark.skip(reason="this torch has no fully_shard (FSDP2)"))
     if cell.script == "tp" and not _has_device_mesh_and_dtensor():
@@ -596,6 +600,9 @@ def seed000_reference() -> dict:
 
 def test_compat_cells_exist():
     assert COMPAT_CELLS <= {c.id for c in CELLS}
+    fast = [c for c in CELLS if c.id in FAST_CELLS]  # one cell per way in, on the cpu target
+    assert len(fast) == len(FAST_CELLS) and {c.profile for c in fast} == {"cpu"}
+    assert sorted(c.way for c in fast) == ["env", "import", "runner"]
     assert set(CPU_EQUIVALENTS) <= COMPAT_CELLS and set(CPU_EQUIVALENTS.values()) <= {c.id for c in CELLS}
     assert all(c.profile == "cpu" for c in CELLS if c.id in CPU_EQUIVALENTS.values())
 

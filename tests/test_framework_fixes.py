@@ -72,6 +72,7 @@ def test_uninstall_restores_the_builtin_table_exactly(monkeypatch):
     assert not hasattr(torch.jit.script, "__wrapped__")
 
 
+@pytest.mark.slow
 def test_disabling_the_torchscript_area_shows_the_failure_it_fixes(tmp_path):
     """Without the area, TorchScript tries to compile the replaced factory from source."""
     code = "import torch.distributed.optim; print('imported')"
@@ -176,6 +177,7 @@ LIGHTNING_INIT = textwrap.dedent("""
 
 @pytest.mark.skipif("device_id" not in inspect.signature(torch.distributed.init_process_group).parameters,
                     reason="this torch's init_process_group has no device_id parameter, which Lightning passes")
+@pytest.mark.slow
 def test_lightning_device_id_on_the_cpu_target(tmp_path):
     script = tmp_path / "init.py"
     script.write_text(LIGHTNING_INIT)

@@ -95,6 +95,7 @@ def check_target(target):
     assert not bad, f"{target}: programs that compute something else than CUDA: {json.dumps(bad, indent=1)[:6000]}"
 
 
+@pytest.mark.slow
 def test_cpu_target_computes_what_cuda_computes():
     check_target("cpu")
 
@@ -158,6 +159,7 @@ def programs(draw, tensor_draws):
     return ops
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=programs(tensor_draws=TENSOR_DRAWS["cpu"]))

@@ -90,6 +90,7 @@ def pip_install_over(tmp_path, wheel, torch_version):
     return proc, dict(line.split("==") for line in listed.stdout.split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torch_version", ["2.0.1", "2.1.0+cpu", "2.1.0a0+git1234", "2.4.1", "2.14.1"])
 def test_pip_install_leaves_the_users_torch_in_place(tmp_path, wheel, torch_version):
     proc, installed = pip_install_over(tmp_path, wheel, torch_version)
@@ -110,6 +111,7 @@ def test_the_distribution_is_ours_and_the_import_name_transfer(wheel):
     assert packages == {"transfer"}
 
 
+@pytest.mark.slow
 def test_pip_install_does_want_a_torch_from_2_0(tmp_path, wheel):
     # The control: pip does check torch (offline, so it cannot fetch the newer one it wants).
     proc, installed = pip_install_over(tmp_path, wheel, "1.13.1")
@@ -155,6 +157,7 @@ def test_a_broken_transfer_never_breaks_python(tmp_path):
     assert "half-deleted install" in proc.stderr and "unset TRANSFER_DEVICE" in proc.stderr
 
 
+@pytest.mark.slow
 def test_mp_spawn_workers_activate_from_env_alone(tmp_path):
     from conftest import free_port
 

@@ -8,6 +8,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 import transfer
 from conftest import SCRIPTS, clean_env, free_port, kill_group
 from transfer.patches import shutdown
@@ -128,6 +130,7 @@ def clean(results):
     return all(rc == 0 and "terminate called" not in err for rc, _, err in results)
 
 
+@pytest.mark.slow
 def test_deterministic_race_aborts_without_transfer_and_exits_cleanly_with_it():
     """The control proves the script reproduces the abort; the same script through transfer exits 0."""
     with ThreadPoolExecutor(2) as pool:
@@ -137,6 +140,7 @@ def test_deterministic_race_aborts_without_transfer_and_exits_cleanly_with_it():
     assert clean(fixed), describe(fixed)
 
 
+@pytest.mark.slow
 def test_ddp_jobs_ending_right_after_backward_exit_cleanly_every_time():
     """REPEATED two-rank DDP jobs on the cpu target (two at a time, so under load): every rank of
     every job exits 0, none prints 'terminate called'. A pass on retry would be a failure."""
