@@ -154,6 +154,8 @@ def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=
             with open(stamp, "w") as fh:
                 fh.write("\n".join(sorted(set(have) | set(wanted))))
     before = installed_torch(python)
+    if installed_version(python, "transfer"):  # a venv made before the rename holds this wheel as `transfer`
+        session.run_install(python, "-m", "pip", "uninstall", "-q", "-y", "transfer", external=True)
     session.run_install(python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", wheel, external=True)
     session.run_install(python, "-m", "pip", "install", "-q", wheel, external=True)  # resolves the dependencies
     after = installed_torch(python)
@@ -168,10 +170,14 @@ def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=
     return python
 
 
-def installed_torch(python: str) -> str:
-    out = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+def installed_version(python: str, distribution: str) -> str:
+    out = subprocess.run([python, "-c", f"import importlib.metadata as m; print(m.version({distribution!r}))"],
                          capture_output=True, text=True)
-    return out.stdout.strip().split("+")[0] if out.returncode == 0 else ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def installed_torch(python: str) -> str:
+    return installed_version(python, "torch").split("+")[0]
 
 
 def test_tree(name: str) -> str:
