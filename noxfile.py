@@ -77,7 +77,7 @@ CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
 #: The oldest and newest torch a vendor plug-in (so a stand-in) exists for: torch 2.0 has no PrivateUse1 hooks.
 STANDIN_PAIRS = ("2.1.2", "2.14.1")
 TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg")
-TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6"]
+TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "safetensors"]
 #: The fast tier: everything not marked slow (markers: tests/conftest.py).
 FAST = ("-m", "not slow")
 #: What NVIDIA's CUDA container images set (nvidia/cuda, and torch wheels run inside them), with a GPU that

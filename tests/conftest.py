@@ -1,6 +1,5 @@
 """Shared fixtures: an installed target per test, and subprocess runners."""
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -18,12 +17,6 @@ INSTALLED = os.environ.get("TESTING_INSTALLED_TRANSFER") == "1"
 VENDORS = os.path.join(ROOT, "tests", "vendors")
 EXAMPLES = os.path.join(ROOT, "examples")
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
-
-#: `transfer port` is a libcst codemod; libcst is a dependency of the wheel, but a checkout installed with
-#: --no-deps (or an offline machine) may lack it: its tests then skip with this reason.
-LIBCST = importlib.util.find_spec("libcst") is not None
-needs_libcst = pytest.mark.skipif(not LIBCST, reason="libcst is not installed (a dependency of cuda-transfer: "
-                                                     "pip install 'libcst>=1.0'); transfer port is a libcst codemod")
 
 #: A vendor stand-in needs torch's PrivateUse1 mechanism, as a real plug-in does (torch_npu starts at 2.1).
 STANDINS = hasattr(torch.utils, "generate_methods_for_privateuse1_backend")  # torch 2.0 has none

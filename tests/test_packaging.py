@@ -79,7 +79,6 @@ def pip_install_over(tmp_path, wheel, torch_version):
                            "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
     fake_distribution(site, "torch", torch_version)
     fake_distribution(site, "wrapt", "1.16.0")
-    fake_distribution(site, "libcst", "1.5.0")
     # No configured index or find-links (this machine sets PIP_FIND_LINKS): nothing but the wheel.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
@@ -105,7 +104,6 @@ def test_the_distribution_is_ours_and_the_import_name_transfer(wheel):
               if ": " in line]
     assert ["Name", DISTRIBUTION] in fields
     requires = [value for key, value in fields if key == "Requires-Dist"]
-    assert any(r.replace(" ", "").startswith("libcst>=1.0") for r in requires), requires  # port works after install
     assert any(r.startswith("torch_npu") and "extra == \"npu\"" in r for r in requires), requires
     packages = {n.split("/")[0] for n in archive.namelist() if "/" in n and not n.split("/")[0].endswith(".dist-info")}
     assert packages == {"transfer"}
@@ -168,26 +166,15 @@ def test_mp_spawn_workers_activate_from_env_alone(tmp_path):
     assert {rank for rank, _ in digests} == {"0", "1"} and len({d for _, d in digests}) == 1, proc.stdout
 
 
-def test_port_without_libcst_is_one_line_naming_the_install(tmp_path):
-    """An install that lacks libcst (pip --no-deps, a vendor image): one line naming the fix, no traceback."""
-    code = ("import sys; sys.modules['libcst'] = None  # import libcst now raises ModuleNotFoundError\n"
-            "from transfer.cli import main; sys.exit(main(sys.argv[1:]))")
-    proc = python("-c", code, "port", EXAMPLES, "--device", "npu", "--out", str(tmp_path / "p"), check=False)
-    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "transfer port: needs libcst" in proc.stderr and "pip install 'libcst>=1.0'" in proc.stderr
-    assert not (tmp_path / "p").exists()
-
-
 @pytest.mark.slow
 def test_pip_install_then_transfer_port_in_a_fresh_venv(tmp_path, wheel):
     """`pip install cuda-transfer` (this wheel, found by name) into a fresh venv, then `transfer port` of the
     examples. torch is a fake distribution here (port never imports it: nox -s quickstart installs a real one);
-    wrapt and libcst come from the package index, as a user gets them."""
+    wrapt comes from the package index, as a user gets it."""
     index = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(tmp_path / "probe"),
-                            "libcst>=1.0"], capture_output=True, text=True, env=clean_env(), timeout=300)
+                            "wrapt>=1.14"], capture_output=True, text=True, env=clean_env(), timeout=300)
     if index.returncode != 0:
-        pytest.skip(f"no package index reachable to install libcst and wrapt from: {index.stderr.strip()[-200:]}")
+        pytest.skip(f"no package index reachable to install wrapt from: {index.stderr.strip()[-200:]}")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"

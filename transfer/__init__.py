@@ -18,7 +18,8 @@ import os
 import threading
 from typing import Any, Dict, Optional
 
-_ERRORS = ("TransferError", "UnknownDeviceError", "VendorPackageMissing", "NoDeviceError", "UnsupportedCudaAPI")
+_ERRORS = ("TransferError", "UnknownDeviceError", "VendorPackageMissing", "NoDeviceError", "UnsupportedCudaAPI",
+           "ConflictError")
 
 __version__ = "0.1.0"
 __all__ = ["install", "uninstall", "status", "report", *_ERRORS]
@@ -27,6 +28,8 @@ logger = logging.getLogger("transfer")
 _lock = threading.RLock()
 _active: Optional[Any] = None  # the PatchContext of the installed target
 _outcome: Dict[str, Any] = {"active": False, "reason": "not installed"}
+_exported: Optional[tuple] = None  # (name exported as TRANSFER_DEVICE, the value it replaced or None)
+_plan: Optional[Any] = None  # the rehearsal's context on real CUDA (transfer/plan.py): logging layers only
 
 
 def __getattr__(name: str) -> Any:
@@ -58,16 +61,22 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     With ``device=None`` TRANSFER_DEVICE decides, defaulting to 'auto'.
     Idempotent and thread-safe: a second call returns the current status; asking
     for a different target while one is active raises (uninstall first).
-    Returns `status()`.
+    Raises before patching anything when a TRANSFER_* switch has a bad value,
+    and `ConflictError` when another patcher of torch is active (neighbours.py);
+    a misspelled TRANSFER_DISABLE name raises with the valid names, torch left
+    as it was. Returns `status()`.
     """
-    global _active, _outcome
+    global _active, _outcome, _plan
     import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
 
     from . import selection
     from .errors import TransferError
+    from .switches import flag
 
     with _lock:
         wanted = selection.requested(device)
+        strict = flag("TRANSFER_STRICT")  # bad values raise here, before anything is patched
+        flag("TRANSFER_QUIET")
         if _active is not None:
             if wanted not in ("auto", _active.profile.name):
                 raise TransferError(
@@ -75,45 +84,93 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
                     f"call transfer.uninstall() before installing '{wanted}'"
                 )
             return status()
-        from .patches.environment import set_visible_devices
-        from .registry import Registry
+        from .patches.environment import before_vendor_import
+        from .registry import Registry, revert_left_behind
 
+        revert_left_behind()  # an earlier install's replacements that another patch's undo put back
         registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
-        profile, why = selection.select(wanted, prepare=lambda p: set_visible_devices(registry, p))
+        profile, why = selection.select(wanted, prepare=lambda p: before_vendor_import(registry, p))
         if profile is None:
             _outcome = {"active": False, "reason": why}
             if why == selection.NATIVE_CUDA:
-                _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
+                if os.environ.get("TRANSFER_PLAN", "").strip() and os.environ.get("TRANSFER_LOG", "").strip():
+                    from .plan import observe  # the rehearsal (transfer-run --plan): log for the plan, change nothing
+
+                    if _plan is None:
+                        _plan = observe(os.environ["TRANSFER_LOG"].strip())
+                    _outcome["plan"] = _plan.profile.name
+                    _outcome["call_sites"] = _plan.log.records
+                else:
+                    _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
             return status()
-        _active = _apply(profile, registry)
+        _active = _apply(profile, registry, strict)
         _outcome = {"active": True, "reason": why}
+        _export_choice(profile.name)
         _banner(_active)
         return status()
 
 
-def _apply(profile, registry):
+def _export_choice(name: str) -> None:
+    """Make the processes this one starts (mp.spawn workers, subprocesses) choose `name` too.
+
+    The environment way in reaches every child through TRANSFER_DEVICE (transfer.pth, the
+    torch.backends entry point, transfer-run's bootstrap); a choice made in code is exported the
+    same way, so a worker whose entry module never calls install() is translated as its parent.
+    `uninstall` puts the previous value back.
+    """
+    global _exported
+    previous = os.environ.get("TRANSFER_DEVICE")
+    if previous is not None and previous.strip().lower() == name:
+        return
+    os.environ["TRANSFER_DEVICE"] = name
+    _exported = (name, previous)
+
+
+def _unexport_choice() -> None:
+    global _exported
+    if _exported is None:
+        return
+    (name, previous), _exported = _exported, None
+    if os.environ.get("TRANSFER_DEVICE") != name:
+        return  # changed since by someone else: theirs now
+    if previous is None:
+        del os.environ["TRANSFER_DEVICE"]
+    else:
+        os.environ["TRANSFER_DEVICE"] = previous
+
+
+def _apply(profile, registry, strict):
     import torch  # noqa: F401  (patch areas need it loaded)
 
-    from . import cpu_runtime
+    from . import cpu_runtime, neighbours
     from .devices import Target
-    from .patches import PatchContext, apply_all
+    from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
     from .thirdparty import apply as provide_packages
 
+    if profile.is_cpu:
+        from .patches.amp import cpu_amp_dtype
+
+        cpu_amp_dtype()  # a bad TRANSFER_CPU_AMP_DTYPE raises here, before anything is patched
     runtime = cpu_runtime if profile.is_cpu else getattr(torch, profile.device_type)
     ctx = PatchContext(
         profile=profile,
         registry=registry,
         target=Target(profile.device_type, runtime.device_count),
         runtime=runtime,
-        strict=os.environ.get("TRANSFER_STRICT", "").strip().lower() in ("1", "true", "yes"),
+        strict=strict,
     )
     try:
+        neighbours.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
         provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
+        registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now
+                                f"for the {profile.name} target on torch {torch.__version__}")
         if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
             from .calllog import attach
 
             ctx.log = attach(ctx, os.environ["TRANSFER_LOG"].strip())
+        for area in DEFERRED:
+            apply_area(ctx, area)
     except BaseException:
         registry.revert_all()
         raise
@@ -142,15 +199,27 @@ def _forget_compiled_code() -> None:
 
 
 def uninstall() -> None:
-    """Undo every patch: each attribute gets back the identical original object."""
-    global _active, _outcome
+    """Undo every patch: each attribute that still holds transfer's replacement gets
+    back the identical original object. One patched again by someone else after
+    transfer is left as it is, with a WARNING naming it (registry.py)."""
+    global _active, _outcome, _plan
     with _lock:
+        if _plan is not None:
+            _plan, plan = None, _plan
+            plan.registry.revert_all()
         if _active is not None:
             ctx, _active = _active, None
             try:
                 ctx.registry.revert_all()
             finally:
+                _unexport_choice()
                 _forget_compiled_code()
+        else:
+            import sys
+
+            registry = sys.modules.get(f"{__name__}.registry")
+            if registry is not None:  # what an earlier uninstall left behind, if it is ours again
+                registry.revert_left_behind()
         _outcome = {"active": False, "reason": "uninstalled"}
 
 
@@ -172,6 +241,7 @@ def status() -> Dict[str, Any]:
             patches=ctx.registry.names(),
             disabled=sorted(ctx.registry.disabled),
             environment=dict(ctx.env_changes),
+            substitutions=dict(ctx.substitutions),
             translations=translations_table(ctx.target),
         )
         if getattr(ctx, "log", None) is not None:
@@ -190,6 +260,8 @@ def report() -> str:
     ]
     for name, value in info["environment"].items():
         lines.append(f"  env {name}={value}")
+    for what, instead in info["substitutions"].items():
+        lines.append(f"  {what} runs as {instead}")
     for row in info["translations"]:
         lines.append(f"  {row['api']}: {row['argument']} -> {row['to']}  (first at {row['first_site']})")
     for site in info.get("call_sites", ()):
@@ -202,23 +274,36 @@ def _is_rank_zero() -> bool:
 
 
 def _say_once(message: str) -> None:
-    """One line per job: rank 0 only, and not again in processes it starts."""
-    if os.environ.get("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
+    """One line per job: rank 0 only, and not again in processes it starts.
+
+    An INFO record of the 'transfer' logger. transfer adds no handler, sets no
+    level and leaves ``propagate`` alone (library code; the logging HOWTO): where
+    the application has configured logging (a handler on the way to the root),
+    its configuration decides, and the line appears once, in its format. Where
+    nothing is configured, logging would drop an INFO record (its last resort
+    handles WARNING and above), so the banner goes to `logging.lastResort`
+    (stderr, the message alone) itself, unless a level above INFO was set on
+    the 'transfer' logger, `logging.disable` covers INFO, or
+    ``logging.lastResort`` is None. transfer's warnings need nothing of the
+    kind: the last resort shows them when nothing is configured.
+    """
+    from .switches import flag
+
+    if flag("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
         return
     os.environ["_TRANSFER_SAID"] = "1"
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    logger.info(message)
+    if logger.hasHandlers():
+        logger.info(message)
+    elif (logging.lastResort is not None and not logger.disabled and logger.level <= logging.INFO
+          and logger.manager.disable < logging.INFO):
+        logging.lastResort.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, None, None))
 
 
 def _banner(ctx) -> None:
     profile = ctx.profile
+    instead = "".join(f"; {what} runs as {how}" for what, how in ctx.substitutions.items())
     _say_once(
-        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}; "
+        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}{instead}; "
         f"transfer.report() lists what was translated"
     )
     path = os.environ.get("TRANSFER_REPORT")

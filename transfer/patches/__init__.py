@@ -34,8 +34,13 @@ AREAS = (
     "sync_batchnorm",  # SyncBatchNorm device check (and CPU kernels)
     "data_parallel",  # nn.DataParallel
     "shutdown",  # clean interpreter exit after distributed jobs
-    "torchscript",  # last: TorchScript maps the replacements to torch's builtins
+    "torchscript",  # TorchScript maps the replacements to torch's builtins
+    "copies",  # last, after TRANSFER_LOG: `from torch.cuda import X` bound before install -> the replacement
 )
+
+#: Areas `apply_all` leaves to its caller: transfer.install applies them with `apply_area` once
+#: TRANSFER_LOG has wrapped the replacements.
+DEFERRED = ("copies",)
 
 
 class PatchContext:
@@ -49,6 +54,8 @@ class PatchContext:
         self.strict = strict
         self.device_selected = False  # the script (or transfer) has chosen a device
         self.env_changes: Dict[str, Any] = {}
+        # What runs otherwise than on CUDA, said once (banner) and listed by status(): {what: what instead}
+        self.substitutions: Dict[str, str] = {}
         self._warned: Set[str] = set()
 
     def warn_once(self, api: str, message: str) -> None:
@@ -62,5 +69,10 @@ class PatchContext:
 
 def apply_all(ctx: PatchContext) -> None:
     for area in AREAS:
-        if ctx.registry.enabled(area):
-            importlib.import_module(f"{__name__}.{area}").apply(ctx)
+        if area not in DEFERRED:
+            apply_area(ctx, area)
+
+
+def apply_area(ctx: PatchContext, area: str) -> None:
+    if ctx.registry.enabled(area):
+        importlib.import_module(f"{__name__}.{area}").apply(ctx)
