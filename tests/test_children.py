@@ -13,7 +13,7 @@ SPAWN_AFTER_INSTALL = os.path.join(SCRIPTS, "spawn_after_install.py")
 
 @pytest.mark.parametrize("target, backend", [
     ("cpu", "gloo"),
-    pytest.param("npu", "hccl", marks=pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)),
+    pytest.param("npu", "hccl", marks=[pytest.mark.skipif(not STANDINS, reason=NO_STANDINS), pytest.mark.slow]),
 ])
 def test_install_in_code_reaches_spawned_workers_and_uninstall_takes_it_back(tmp_path, target, backend):
     """transfer.install(target) in the parent's main guard; mp.spawn workers never call install. As

@@ -37,8 +37,8 @@ import time  # noqa: E402
 
 import pytest  # noqa: E402
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, free_port, kill_group, python  # noqa: E402
-from conftest import clean_env  # noqa: E402
+from conftest import (SCRIPTS, STANDINS, VENDORS, clean_env, free_port, kill_group, needs_standins,  # noqa: E402
+                      python)
 from transfer import envvars  # noqa: E402
 
 PROBE = os.path.join(SCRIPTS, "env_probe.py")
@@ -93,7 +93,7 @@ def test_unsupported_variables_are_named_in_one_warning_and_strict_makes_it_an_e
     assert strict.returncode != 0 and "NCCL_IB_DISABLE" in strict.stderr and "Traceback" not in strict.stderr
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_torch_nccl_error_handling_reaches_hccl_and_the_children_see_it(tmp_path):
     """Seed 004: what turns a hang into an error. torch_npu's ProcessGroupHCCL reads TORCH_HCCL_*
     (torch's names with HCCL for NCCL): each rank, and every process it starts, sees them; a
@@ -161,7 +161,7 @@ def test_a_collective_variable_set_after_the_first_process_group_is_too_late_and
     assert "after the first process group" not in errs[1]  # one warning per job: rank 0
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_visible_devices_set_after_the_plugin_was_imported_is_too_late_and_said():
     """On CUDA, CUDA_VISIBLE_DEVICES set after `import torch` counts until the first CUDA call. The
     vendor plug-in is imported at install and has read its devices: the script gets a warning, and
@@ -178,7 +178,7 @@ def test_visible_devices_set_after_the_plugin_was_imported_is_too_late_and_said(
     assert "devices 1" in before.stdout and "after torch_npu was imported" not in before.stderr
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_a_launchers_default_is_not_an_error_under_strict():
     """torch.distributed.run sets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 in every worker the user did not
     set it for; tccl's counterpart is not known, which is worth a warning but is not the user's doing."""
