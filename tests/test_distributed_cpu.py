@@ -48,6 +48,7 @@ def test_single_rank_nccl_ddp_with_device_ids(cpu_target, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_torchrun_ddp_syncbn_matches_full_batch(tmp_path):
     out = tmp_path / "final.pt"
     proc = python("-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
