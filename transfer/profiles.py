@@ -43,6 +43,9 @@ class Profile(NamedTuple):
     # tccl: one process per device; several ranks may not share a card.
     one_process_per_device: bool = False
     notes: str = ""
+    # What the target offers instead of a CUDA C++ extension (.cu sources), for the
+    # error a CUDAExtension / cpp_extension.load of CUDA sources raises.
+    custom_kernels: str = ""
 
     @property
     def is_cpu(self) -> bool:
@@ -66,6 +69,9 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="npu",
                 backend="hccl",
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
+                custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
+                "from PyTorch through torch_npu's custom-operator adaptation (OpPlugin) or a C++ extension "
+                "registering the op for PrivateUse1",
                 nccl_env=_env(
                     NCCL_SOCKET_IFNAME=EnvRename("HCCL_SOCKET_IFNAME"),
                     # NCCL_BUFFSIZE is in bytes, HCCL_BUFFSIZE in MB.
@@ -81,6 +87,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="sdaa",
                 backend="tccl",
                 visible_devices_env="SDAA_VISIBLE_DEVICES",
+                custom_kernels="kernels in Tecorigin's own device language from its SDK, registered for "
+                "PrivateUse1 through torch_sdaa's extension mechanism",
                 # tccl is NCCL-derived and keeps NCCL's variable names under its prefix.
                 nccl_env=_env(NCCL_SOCKET_IFNAME=EnvRename("TCCL_SOCKET_IFNAME")),
                 set_device_before_init=True,
@@ -95,6 +103,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="gcu",
                 backend="eccl",
                 visible_devices_env="TOPS_VISIBLE_DEVICES",
+                custom_kernels="kernels in Enflame's own device language from its TopsRider SDK, registered "
+                "for PrivateUse1 through torch_gcu's extension mechanism",
                 nccl_env=_env(NCCL_SOCKET_IFNAME=EnvRename("ECCL_SOCKET_IFNAME")),
                 notes="builds from 2020-21 showed devices as xla:N",
             ),
@@ -106,6 +116,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="cpu",
                 backend="gloo",
                 visible_devices_env=None,
+                custom_kernels="a C++ CPU implementation built with CppExtension / cpp_extension.load of the "
+                ".cpp sources alone",
                 nccl_env=_env(NCCL_SOCKET_IFNAME=EnvRename("GLOO_SOCKET_IFNAME")),
                 notes="runs CUDA scripts on the CPU; collectives over gloo",
             ),

@@ -101,8 +101,7 @@ CPU_API = frozenset(
 #: Names a target answers with a fixed value rather than a measurement.
 PLACEHOLDERS: Mapping[str, frozenset] = {
     "cpu": frozenset({"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                      "memory_cached", "max_memory_cached", "memory_stats", "memory_summary",
-                      "get_device_capability"}),
+                      "memory_cached", "max_memory_cached", "memory_stats", "memory_summary"}),
 }
 
 #: CUDA-only helpers torch calls on itself once torch.cuda.is_available() is
@@ -128,6 +127,39 @@ HARMLESS: Mapping[str, Any] = {
 }
 
 
+#: Capability policy (README "Capability checks"). Targets whose own
+#: get_device_capability answers a CUDA-style value when the named variable is
+#: set (torch_npu: TORCH_NPU_DEVICE_CAPABILITY="8.0"; None otherwise). Every
+#: other answer is derived: the CUDA-equivalent of what the hardware computes,
+#: CAPABILITY_BF16 where the target's is_bf16_supported() is True, else
+#: CAPABILITY_FP16. A vendor's own numbering (torch_gcu's properties say 3.0) is
+#: not CUDA's and is not passed through. get_device_properties().major/minor
+#: answer the same; torch.version.cuda stays None (it names a CUDA toolkit).
+NATIVE_CAPABILITY_ENV: Mapping[str, str] = {"npu": "TORCH_NPU_DEVICE_CAPABILITY"}
+CAPABILITY_BF16 = (8, 0)  # Ampere-class: bf16 (A100's is the capability `>= (8, 0)` gates look for)
+CAPABILITY_FP16 = (7, 0)  # Volta-class: fp16 only
+
+
+def capability_policy(profile: str) -> str:
+    """What get_device_capability answers on `profile`, in words (docs, scan, notices)."""
+    env = NATIVE_CAPABILITY_ENV.get(profile)
+    derived = (f"{CAPABILITY_BF16} where the device supports bf16 (torch.cuda.is_bf16_supported()), "
+               f"else {CAPABILITY_FP16}")
+    if profile == "cpu":
+        derived = f"{CAPABILITY_BF16}: CPU autocast computes in bf16"
+    return f"{env} when set, else {derived}" if env else derived
+
+
+def capability_notice(profile: str, value: tuple) -> str:
+    """The one notice a script's first get_device_capability call gets where the answer is derived."""
+    p = PROFILES[profile]
+    env = NATIVE_CAPABILITY_ENV.get(profile)
+    choose = f"; set {env}=major.minor to choose the value" if env else ""
+    return (f"torch.cuda.get_device_capability: {p.vendor} ({p.device_type}) has no CUDA compute capability; "
+            f"transfer answers {value}, the CUDA-equivalent of what the device computes "
+            f"({'bf16 supported' if value >= CAPABILITY_BF16 else 'no bf16'}){choose}")
+
+
 def target_api(profile: str) -> frozenset:
     """The torch.cuda names the target's own module provides."""
     return CPU_API if profile == "cpu" else VENDOR_API.get(profile, frozenset())
@@ -136,10 +168,10 @@ def target_api(profile: str) -> frozenset:
 def _cuda_support(profile: str, name: str) -> Support:
     p = PROFILES[profile]
     home = "transfer.cpu_runtime" if p.is_cpu else f"torch.{p.device_type}"
-    if name == "get_device_capability" and (name not in target_api(profile) or profile in ("npu", "cpu")):
-        why = ("torch_npu answers None unless TORCH_NPU_DEVICE_CAPABILITY is set" if profile == "npu"
-               else f"{p.vendor} has no CUDA compute capability")
-        return Support(PLACEHOLDER, "(0, 0)", f"{why}; `capability >= (8, 0)` gates take their fallback branch")
+    if name == "get_device_capability":
+        return Support(PLACEHOLDER, capability_policy(profile),
+                       f"{p.vendor} has no CUDA compute capability; the CUDA-equivalent of what it computes, so "
+                       "`capability >= (8, 0)` picks bf16 exactly where the device has it (README, Capability checks)")
     if name in target_api(profile):
         if name in PLACEHOLDERS.get(profile, ()):
             return Support(PLACEHOLDER, f"{home}.{name}", "no real value on this target; returns 0 / a neutral value")

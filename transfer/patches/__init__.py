@@ -33,6 +33,7 @@ AREAS = (
     "ddp",  # DistributedDataParallel device validation
     "sync_batchnorm",  # SyncBatchNorm device check (and CPU kernels)
     "data_parallel",  # nn.DataParallel
+    "custom_ops",  # torch.library kernels for CUDA keys -> the target's; CUDA C++ builds refused clearly
     "shutdown",  # clean interpreter exit after distributed jobs
     "torchscript",  # last: TorchScript maps the replacements to torch's builtins
 )
