@@ -97,6 +97,7 @@ def _apply(profile, registry):
     from . import cpu_runtime
     from .devices import Target
     from .patches import PatchContext, apply_all
+    from .thirdparty import apply as provide_packages
 
     runtime = cpu_runtime if profile.is_cpu else getattr(torch, profile.device_type)
     ctx = PatchContext(
@@ -108,6 +109,7 @@ def _apply(profile, registry):
     )
     try:
         apply_all(ctx)
+        provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
         if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
             from .calllog import attach
 

@@ -34,6 +34,10 @@ def arm() -> None:
         install_when_ready()
 
     wrapt.register_post_import_hook(on_torch, "torch")
+    # `import flash_attn` before torch: import torch (installing transfer) first (thirdparty/__init__.py).
+    from .thirdparty import ImportTrigger
+
+    sys.meta_path.insert(0, ImportTrigger())
 
 
 def arm_from_pth() -> None:

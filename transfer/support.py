@@ -21,7 +21,8 @@ in this order, exactly as `patches/cuda_namespace.py` behaves:
 4. anything else that is callable: unsupported (`UnsupportedCudaAPI` on use).
 
 Other APIs (Tensor methods, factories, amp, distributed, string comparisons,
-apex, ...) are rows of `OTHER_APIS`.
+apex, ...) are rows of `OTHER_APIS`; the third-party packages transfer serves
+under their public names (flash_attn, xformers, ...) rows of `THIRDPARTY_APIS`.
 """
 
 from __future__ import annotations
@@ -264,7 +265,104 @@ OTHER_APIS: Tuple[_Row, ...] = (
     ("torch.version.cuda", TRANSLATED, "unchanged", "stays None on a CPU build / the vendor build: not patched", {}),
 )
 
-_OTHER: Dict[str, _Row] = {row[0]: row for row in OTHER_APIS}
+# ------------------------------------------------------------------ third-party packages
+#
+# CUDA-only packages served under their public names (transfer/thirdparty/,
+# whose PACKAGES table says which are provided and which refused). A row's API
+# is a dotted name; `thirdparty_api` maps a use in code to its row: the longest
+# row equal to the name or, for a module row, a prefix of it (`flash_attn.bert_padding`
+# covers `flash_attn.bert_padding.pad_input`); a package's own row (`flash_attn`)
+# covers only itself and its dunders; anything else under it is the `<package>.*` row.
+
+_NPU_FA = "torch_npu.npu_fusion_attention"
+_FA_SDPA = ("exact flash_attn semantics (softmax_scale, bottom-right causal, window_size, GQA/MQA, alibi_slopes, "
+            "softcap, dropout_p, return_attn_probs/LSE) on torch's scaled_dot_product_attention")
+_FA_NPU = ("flash_attn semantics on npu_fusion_attention (BSND; sparse_mode 3 for bottom-right causal, 4 for "
+           "windows); alibi_slopes as its pse bias; softcap and return_attn_probs run on SDPA instead")
+_FA_VARLEN_SDPA = ("packed sequences through cu_seqlens: one SDPA call over a block-diagonal mask built on the "
+                   "device (no host sync)")
+_FA_VARLEN_NPU = ("npu_fusion_attention TND with actual_seq_qlen/actual_seq_kvlen (cumulative lengths read on the "
+                  "host: one sync per call, as the op requires)")
+_FA_PROVIDED = "transfer's flash_attn {fa} (transfer/thirdparty/flash_attn): the real package's CUDA kernels cannot run on {dev}"
+FLASH_ATTN_VERSION = "2.7.4.post1"
+
+THIRDPARTY_APIS: Tuple[_Row, ...] = (
+    ("flash_attn", TRANSLATED, "transfer's flash_attn", _FA_PROVIDED, {}),
+    ("flash_attn.flash_attn_func", TRANSLATED, "scaled_dot_product_attention", _FA_SDPA,
+     {"npu": (TRANSLATED, _NPU_FA, _FA_NPU)}),
+    ("flash_attn.flash_attn_qkvpacked_func", TRANSLATED, "scaled_dot_product_attention", _FA_SDPA,
+     {"npu": (TRANSLATED, _NPU_FA, _FA_NPU)}),
+    ("flash_attn.flash_attn_kvpacked_func", TRANSLATED, "scaled_dot_product_attention", _FA_SDPA,
+     {"npu": (TRANSLATED, _NPU_FA, _FA_NPU)}),
+    ("flash_attn.flash_attn_varlen_func", TRANSLATED, "scaled_dot_product_attention", _FA_VARLEN_SDPA,
+     {"npu": (TRANSLATED, _NPU_FA, _FA_VARLEN_NPU)}),
+    ("flash_attn.flash_attn_varlen_qkvpacked_func", TRANSLATED, "scaled_dot_product_attention", _FA_VARLEN_SDPA,
+     {"npu": (TRANSLATED, _NPU_FA, _FA_VARLEN_NPU)}),
+    ("flash_attn.flash_attn_varlen_kvpacked_func", TRANSLATED, "scaled_dot_product_attention", _FA_VARLEN_SDPA,
+     {"npu": (TRANSLATED, _NPU_FA, _FA_VARLEN_NPU)}),
+    ("flash_attn.flash_attn_with_kvcache", TRANSLATED, "scaled_dot_product_attention",
+     "k_cache/v_cache updated in place at cache_seqlens (or cache_batch_idx), rotary on the new k/q, then attention "
+     "over each sequence's cache (paged block_table raises NotImplementedError)", {}),
+    ("flash_attn.flash_attn_interface", TRANSLATED, "transfer's flash_attn.flash_attn_interface",
+     "the interface functions above; the private _flash_attn_forward/_backward kernels are not provided", {}),
+    ("flash_attn.layers", TRANSLATED, "transfer's flash_attn.layers", "the package; see its modules", {}),
+    ("flash_attn.ops", TRANSLATED, "transfer's flash_attn.ops", "the package; see its modules", {}),
+    ("flash_attn.bert_padding", TRANSLATED, "torch indexing", "pad_input, unpad_input (5 values, as 2.7), "
+     "index_first_axis, index_put_first_axis: plain torch ops", {}),
+    ("flash_attn.layers.rotary", TRANSLATED, "torch ops", "apply_rotary_emb (interleaved or not, partial rotary_dim, "
+     "seqlen_offsets, varlen cu_seqlens), apply_rotary_emb_qkv_/kv_, RotaryEmbedding", {}),
+    ("flash_attn.ops.rms_norm", TRANSLATED, "torch ops", "RMSNorm, rms_norm, DropoutAddRMSNorm, dropout_add_rms_norm "
+     "in float32 accumulation, as the fused kernel computes", {}),
+    ("flash_attn.ops.layer_norm", TRANSLATED, "torch ops", "DropoutAddLayerNorm, dropout_add_layer_norm, "
+     "layer_norm", {}),
+    ("flash_attn.ops.triton.layer_norm", TRANSLATED, "torch ops", "layer_norm_fn, rms_norm_fn (residual, "
+     "prenorm, dropout, residual_in_fp32), LayerNorm, RMSNorm", {}),
+    ("flash_attn.*", UNSUPPORTED, "", "transfer's flash_attn provides the interface functions, bert_padding, "
+     "layers.rotary and the ops norms; other modules (models, modules, losses, fused_dense, ...) raise "
+     "ModuleNotFoundError naming what is provided", {}),
+    ("xformers", TRANSLATED, "transfer's xformers",
+     "transfer's xformers (transfer/thirdparty/xformers): the real package's CUDA kernels cannot run on {dev}", {}),
+    ("xformers.ops.memory_efficient_attention", TRANSLATED, "scaled_dot_product_attention",
+     "[B, M, H, K] layout, scale, p (dropout), GQA via 5-D [B, M, G, H, K] inputs; attn_bias: a tensor, "
+     "LowerTriangularMask (and FromBottomRight), LowerTriangularMaskWithTensorBias, BlockDiagonalMask "
+     "(causal variants, from_seqlens) as SDPA masks; op= is ignored (a kernel choice)", {}),
+    ("xformers.ops", TRANSLATED, "transfer's xformers.ops", "memory_efficient_attention, the attn_bias classes, "
+     "unbind", {}),
+    ("xformers.ops.fmha", TRANSLATED, "transfer's xformers.ops.fmha",
+     "memory_efficient_attention(_forward), attn_bias classes", {}),
+    ("xformers.ops.unbind", TRANSLATED, "torch.unbind", "", {}),
+    ("xformers.*", UNSUPPORTED, "", "transfer's xformers provides xformers.ops attention (memory_efficient_attention, "
+     "fmha, attn_bias, unbind); other modules raise ModuleNotFoundError naming what is provided", {}),
+    ("transformer_engine", UNSUPPORTED, "",
+     "not provided: FP8 kernels and fused modules exist only for NVIDIA GPUs; `import transformer_engine` raises "
+     "ModuleNotFoundError saying so (find_spec answers None, so availability checks are False); use torch.nn "
+     "layers and torch.autocast (bf16)", {}),
+)
+
+#: Top-level names of the third-party packages the rows above cover.
+THIRDPARTY_MODULES = frozenset(row[0].split(".")[0] for row in THIRDPARTY_APIS)
+THIRDPARTY_ROWS = frozenset(row[0] for row in THIRDPARTY_APIS)
+
+_OTHER: Dict[str, _Row] = {row[0]: row for row in OTHER_APIS + THIRDPARTY_APIS}
+
+
+#: Package rows that cover only themselves and their dunders: their modules are judged one by one.
+_PACKAGE_ROWS = frozenset({"flash_attn", "flash_attn.ops", "flash_attn.layers", "xformers", "transformer_engine"})
+
+
+def thirdparty_api(qualified: str) -> Optional[str]:
+    """The third-party row a dotted name in code refers to, or None (see the rules above)."""
+    top = qualified.partition(".")[0]
+    if top not in THIRDPARTY_MODULES:
+        return None
+    name = qualified
+    while True:
+        if name in _OTHER and (name == qualified or name not in _PACKAGE_ROWS
+                               or qualified[len(name) + 1:].startswith("__")):
+            return name
+        if "." not in name:
+            return f"{top}.*" if f"{top}.*" in _OTHER else top
+        name = name.rsplit(".", 1)[0]
 
 
 def _other_support(profile: str, row: _Row) -> Support:
@@ -272,7 +370,7 @@ def _other_support(profile: str, row: _Row) -> Support:
     if profile in overrides:
         cls, to, reason = overrides[profile]
     p = PROFILES[profile]
-    fill = dict(dev=p.device_type, backend=p.backend, pkg=p.package or "torch", vendor=p.vendor)
+    fill = dict(dev=p.device_type, backend=p.backend, pkg=p.package or "torch", vendor=p.vendor, fa=FLASH_ATTN_VERSION)
     return Support(cls, to.format(**fill), reason.format(**fill))
 
 
@@ -293,7 +391,8 @@ def lookup(profile: str, api: str) -> Support:
 
 def apis() -> List[str]:
     """Every API of the table, torch.cuda first, in table order."""
-    return [f"torch.cuda.{n}" for n in CUDA_NAMES if not n.startswith("_")] + [row[0] for row in OTHER_APIS]
+    return ([f"torch.cuda.{n}" for n in CUDA_NAMES if not n.startswith("_")] + [row[0] for row in OTHER_APIS]
+            + [row[0] for row in THIRDPARTY_APIS])
 
 
 def table(profiles: Optional[List[str]] = None) -> List[Tuple[str, Dict[str, Support]]]:

@@ -68,7 +68,7 @@ def api_of(qualified: str) -> Optional[str]:
         return "torch.cuda." + qualified.split(".")[2]
     if qualified == "apex" or qualified.startswith("apex.") or qualified == "amp_C":
         return "apex"
-    return None
+    return support.thirdparty_api(qualified)  # flash_attn, xformers, ... (support.THIRDPARTY_APIS)
 
 
 def is_device_string(node: ast.AST) -> bool:
@@ -122,8 +122,9 @@ class _Scanner(ast.NodeVisitor):
             else:
                 top = alias.name.split(".")[0]
                 self.aliases[top] = top
-            if api_of(alias.name) == "apex":
-                self.add(node, "apex")
+            api = api_of(alias.name)
+            if api == "apex" or api is not None and api in support.THIRDPARTY_ROWS:
+                self.add(node, api)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if not node.module or node.level:
@@ -133,6 +134,10 @@ class _Scanner(ast.NodeVisitor):
             self.aliases[alias.asname or alias.name] = full
         if api_of(node.module) == "apex":
             self.add(node, "apex")
+        elif node.module.partition(".")[0] in support.THIRDPARTY_MODULES:
+            rows = [api_of(f"{node.module}.{alias.name}") for alias in node.names]
+            for api in dict.fromkeys(r for r in rows if r is not None):  # each row once per statement
+                self.add(node, api)
 
     # ---------------------------------------------------------------- names
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -147,7 +152,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         qualified = self.aliases.get(node.id)
-        if qualified and qualified != node.id:  # a from-import or an `as` alias of a CUDA-facing name
+        if qualified and qualified != node.id and not isinstance(node.ctx, ast.Store):  # a from-import or an `as` alias of a CUDA-facing name
             api = api_of(qualified)
             if api is not None and api != "apex":
                 self.add(node, api)

@@ -1,0 +1,55 @@
+"""importlib.metadata distributions for the packages transfer provides.
+
+Loaded only when a program asks importlib.metadata (which is then imported
+already). A provided package presents METADATA (Name, Version, Summary) and
+``top_level.txt``, so ``importlib.metadata.version('flash-attn')`` and
+``packages_distributions()['flash_attn']`` answer as for an installed wheel;
+it has no RECORD (``files`` is None) and no entry points. Refused packages
+(no ``home``) present no distribution.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib.metadata import Distribution, DistributionFinder
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+class ProvidedDistribution(Distribution):
+    def __init__(self, package, folder: str):
+        self._package = package
+        self._folder = folder
+
+    def read_text(self, filename):
+        package = self._package
+        if filename == "METADATA":
+            return (f"Metadata-Version: 2.1\nName: {package.distribution}\nVersion: {package.version}\n"
+                    f"Summary: {package.summary}\n")
+        if filename == "top_level.txt":
+            return package.name + "\n"
+        if filename == "INSTALLER":
+            return "transfer\n"
+        return None
+
+    def locate_file(self, path):
+        return os.path.join(self._folder, str(path))
+
+
+def distributions(finder, context=None):
+    name = getattr(context, "name", None) if context is not None else None
+    wanted = _normal(name) if name else None
+    found = []
+    for package in list(finder.packages.values()):
+        if package.home is None or (wanted is not None and _normal(package.distribution) != wanted):
+            continue
+        if finder.serves(package.name) is None:
+            continue
+        found.append(ProvidedDistribution(package, os.path.dirname(os.path.abspath(__file__))))
+    return iter(found)
+
+
+__all__ = ["DistributionFinder", "ProvidedDistribution", "distributions"]
