@@ -161,6 +161,35 @@ def capability_notice(profile: str, value: tuple) -> str:
             f"({'bf16 supported' if value >= CAPABILITY_BF16 else 'no bf16'}){choose}")
 
 
+#: CUDA graph names (patches/graphs.py): the vendor's graph API where it has one
+#: (torch_npu's NPUGraph family, read in the 2.13.0 wheel's torch_npu/npu/graphs.py),
+#: else transfer's op-by-op replay (transfer/graph_replay.py).
+GRAPH_NAMES = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle", "is_current_stream_capturing")
+VENDOR_GRAPHS: Mapping[str, Mapping[str, str]] = {
+    "npu": {"CUDAGraph": "NPUGraph", "graph": "graph", "make_graphed_callables": "make_graphed_callables",
+            "graph_pool_handle": "graph_pool_handle", "is_current_stream_capturing": "is_current_stream_capturing"},
+}
+_REPLAY = {
+    "CUDAGraph": "capture records the ops (tensors created then are the graph's static memory; writes are not "
+                 "applied during capture, as CUDA does not run its kernels then); replay() re-runs them on the same "
+                 "tensors: CUDA's results, no launch savings; one notice",
+    "graph": "the capture context of the replaying CUDAGraph (pool and stream accepted)",
+    "make_graphed_callables": "returns the callables running eagerly (same results, fresh outputs), one notice",
+    "graph_pool_handle": "an opaque token (each graph holds its own tensors)",
+    "is_current_stream_capturing": "True while a capture is underway on this thread",
+}
+
+
+def _graph_support(profile: str, name: str) -> Support:
+    vendor = VENDOR_GRAPHS.get(profile, {})
+    p = PROFILES[profile]
+    if name in vendor:
+        return Support(TRANSLATED, f"torch.{p.device_type}.{vendor[name]}",
+                       f"{p.package}'s graph API (on a {p.package} without it: transfer's op replay)")
+    home = "transfer.graph_replay"
+    return Support(TRANSLATED, f"{home}.{name}", _REPLAY[name])
+
+
 def target_api(profile: str) -> frozenset:
     """The torch.cuda names the target's own module provides."""
     return CPU_API if profile == "cpu" else VENDOR_API.get(profile, frozenset())
@@ -169,6 +198,8 @@ def target_api(profile: str) -> frozenset:
 def _cuda_support(profile: str, name: str) -> Support:
     p = PROFILES[profile]
     home = "transfer.cpu_runtime" if p.is_cpu else f"torch.{p.device_type}"
+    if name in GRAPH_NAMES:
+        return _graph_support(profile, name)
     if name == "get_device_capability":
         return Support(PLACEHOLDER, capability_policy(profile),
                        f"{p.vendor} has no CUDA compute capability; the CUDA-equivalent of what it computes, so "

@@ -47,6 +47,8 @@ def apply(ctx) -> None:
     names += [n for n in _INTERNAL_DEFAULTS if n not in names]
     placeholders = support.PLACEHOLDERS.get(ctx.profile.name, frozenset())
     for name in names:
+        if name in support.GRAPH_NAMES and ctx.registry.enabled(f"graphs.{name}"):
+            continue  # the graphs area (patches/graphs.py) installs these
         original = getattr(cuda, name, None)
         if inspect.isclass(original) and issubclass(original, BaseException):
             continue  # torch 2.0-2.x list OutOfMemoryError here: torch's own exception, or `except` breaks
