@@ -6,7 +6,7 @@ CPU-backed simulation for tests; never shipped. See ``tests/vendors/README.md``.
 (torch_npu 2.13.0 wheel from PyPI, read without importing it) that concern
 devices, streams/events, RNG, memory statistics, properties and AMP. Real
 names deliberately left out (absent here too, so fallbacks get exercised):
-NPUGraph/graph/graph_pool_handle/make_graphed_callables, mstx, the typed
+mstx, the typed
 *Storage classes (the *Tensor classes are here), set_option/set_dump/set_aoe and the other
 Ascend tuning switches, MemPool/use_mem_pool, NPUPluggableAllocator,
 caching_allocator_alloc/delete, ipc_collect, utilization, stress_detect,
@@ -15,7 +15,9 @@ ExternalEvent/ExternalStream, SyncLaunchStream, set_sync_debug_mode.
 warning) unless TORCH_NPU_DEVICE_CAPABILITY="major.minor" is set.
 
 The names frameworks import beyond that (set_compile_mode, npu.utils,
-npu_fusion_attention, optim) come from ``_ascend.py``.
+npu_fusion_attention, optim) come from ``_ascend.py``; the graph API
+(NPUGraph, graph, graph_pool_handle, make_graphed_callables,
+is_current_stream_capturing) from ``_graphs.py``.
 """
 
 import os as _os
@@ -60,9 +62,10 @@ npu = install(SPEC)
 
 import sys as _sys  # noqa: E402
 
-from . import _ascend  # noqa: E402
+from . import _ascend, _graphs  # noqa: E402
 
 _ascend.extend(npu, _sys.modules[__name__])
+_graphs.extend(npu, _sys.modules[__name__])
 
 # torch_npu adds this to torch.distributed (torch_npu/_init/patches/distributed_patches.py).
 if not hasattr(torch.distributed, "is_hccl_available"):
