@@ -53,7 +53,9 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
             warnings.warn(f"apex.parallel.DistributedDataParallel: {', '.join(ignored)} tune apex's own bucketing "
                           "and streams and are not honoured by transfer's version (torch's DDP schedules the "
                           "all-reduces); gradients are the same.")
-        super().__init__(module, broadcast_buffers=False, bucket_cap_mb=max(1, int(message_size)) * 4 / 2 ** 20)
+        with warnings.catch_warnings():  # torch 2.13 deprecates broadcast_buffers; its False is apex's semantics
+            warnings.filterwarnings("ignore", message=".*broadcast_buffers.* is deprecated", category=FutureWarning)
+            super().__init__(module, broadcast_buffers=False, bucket_cap_mb=max(1, int(message_size)) * 4 / 2 ** 20)
         self.message_size = message_size
         self.delay_allreduce = delay_allreduce
         self.allreduce_always_fp32 = allreduce_always_fp32
