@@ -13,7 +13,8 @@ vendor whose package has no graph API) keep CUDA's semantics:
   execute its kernels: an ``optimizer.step()`` inside the capture changes no
   parameter until the first replay. Ops that only create tensors run (their
   values then are what CUDA leaves undefined); metadata changes (``t_``,
-  ``resize_``) and host reads (``.item()``) happen at capture only, as on CUDA;
+  ``resize_``) happen at capture only, as on CUDA; a host read (``.item()``,
+  e.g. a non-capturable optimizer's step count) raises, as CUDA's capture does;
 * ``replay()`` re-runs the recorded ops in order on the same tensors: new
   results are copied into the captured output tensors, in-place ops write into
   their tensors, view ops are skipped (their views alias the static memory), so
@@ -38,9 +39,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 _state = threading.local()  # .capturing: the graph capturing on this thread
 _pool_ids = itertools.count(1)
 _schema_cache: Dict[Any, Tuple[Tuple[int, ...], bool]] = {}
-_HOST_READS = ("_local_scalar_dense", "item", "equal", "is_nonzero", "is_same_size", "sym_size", "sym_stride",
-               "sym_numel", "sym_storage_offset")
-_METADATA_OPS = ("resize_", "resize_as_", "set_", "detach_", "requires_grad_")
+_HOST_READS = ("_local_scalar_dense", "item", "equal", "is_nonzero")
+_METADATA_OPS = ("resize_", "resize_as_", "set_", "detach_", "requires_grad_", "is_same_size", "sym_size",
+                 "sym_stride", "sym_numel", "sym_storage_offset")
+_HOST_READ_ERROR = ("operation not permitted when stream is capturing: aten::{name} reads a tensor on the host "
+                    "during CUDA graph capture, where the captured work has not run (CUDA raises the same; move "
+                    "the read out of the capture, or use an optimizer with capturable=True)")
 _VIEW, _PURE, _MUTATING = 0, 1, 2
 
 
@@ -87,9 +91,10 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.__name__.split(".")[0]
-        if name in _HOST_READS or name in _METADATA_OPS or (
-                hasattr(torch, "Tag") and torch.Tag.inplace_view in func.tags):
-            return func(*args, **kwargs)  # host-side or metadata: at capture only, as on CUDA
+        if name in _HOST_READS:
+            raise RuntimeError(_HOST_READ_ERROR.format(name=name))
+        if name in _METADATA_OPS or (hasattr(torch, "Tag") and torch.Tag.inplace_view in func.tags):
+            return func(*args, **kwargs)  # metadata: at capture only, as on CUDA
         written, kind = _kind(func)
         if kind != _MUTATING:
             result = func(*args, **kwargs)
