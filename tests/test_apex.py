@@ -538,3 +538,45 @@ def test_apex_numerics_on_standins(vendor):
                     TRANSFER_QUIET=1)
     proc = python(os.path.join(SCRIPTS, "thirdparty", "apex_numerics.py"), env=env, timeout=900)
     assert f"apex numerics OK on {vendor}:0" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------ the table's torch-native rewrites
+
+def test_native_rewrites_are_rows_and_compute_the_same():
+    """support.NATIVE_REWRITES (what `transfer port` may write) holds: under the stated conditions the
+    torch-native spelling computes what the apex replacement computes."""
+    from transfer import support
+    from apex.normalization import FusedLayerNorm, FusedRMSNorm
+    from apex.optimizers import FusedAdam, FusedSGD
+    from apex.parallel import convert_syncbn_model
+
+    assert set(support.NATIVE_REWRITES) <= set(support.apis())
+    gen = torch.Generator().manual_seed(0)
+    for adam_w_mode, native in ((True, torch.optim.AdamW), (False, torch.optim.Adam)):
+        a = [torch.nn.Parameter(torch.randn(4, 3, generator=gen))]
+        b = [torch.nn.Parameter(a[0].detach().clone())]
+        ours = FusedAdam(a, lr=1e-2, weight_decay=0.1, adam_w_mode=adam_w_mode)
+        theirs = native(b, lr=1e-2, weight_decay=0.1, foreach=True)
+        for _ in range(3):
+            g = torch.randn(4, 3, generator=gen)
+            a[0].grad, b[0].grad = g.clone(), g.clone()
+            ours.step()
+            theirs.step()
+        torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-6)
+    a = [torch.nn.Parameter(torch.randn(5, generator=gen))]
+    b = [torch.nn.Parameter(a[0].detach().clone())]
+    ours, theirs = FusedSGD(a, lr=0.1, momentum=0.9, weight_decay=1e-3, nesterov=True), torch.optim.SGD(
+        b, lr=0.1, momentum=0.9, weight_decay=1e-3, nesterov=True, foreach=True)
+    for _ in range(3):
+        g = torch.randn(5, generator=gen)
+        a[0].grad, b[0].grad = g.clone(), g.clone()
+        ours.step()
+        theirs.step()
+    torch.testing.assert_close(a[0], b[0])
+    x = torch.randn(3, 6, generator=gen)
+    torch.testing.assert_close(FusedLayerNorm(6)(x), torch.nn.LayerNorm(6)(x))
+    if hasattr(torch.nn, "RMSNorm"):
+        torch.testing.assert_close(FusedRMSNorm(6, eps=1e-5)(x), torch.nn.RMSNorm(6, eps=1e-5)(x))
+    converted = convert_syncbn_model(torch.nn.Sequential(torch.nn.BatchNorm1d(6)))
+    native_bn = torch.nn.SyncBatchNorm.convert_sync_batchnorm(torch.nn.Sequential(torch.nn.BatchNorm1d(6)))
+    torch.testing.assert_close(converted(x), native_bn(x))

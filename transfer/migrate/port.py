@@ -139,7 +139,11 @@ class _Porter(cst.CSTTransformer):
             self.note(node, "UNSUPPORTED", f"`from {module} import ...`: aliases of torch.cuda are not rewritten; "
                                            f"import from torch.{self.dev} (or torch.amp) by hand", api=f"from {module} import")
         if module.startswith("apex"):
-            self.note(node, "UNSUPPORTED", support.lookup(self.profile.name, "apex").reason, api="apex")
+            hints = [f"{api.rsplit('.', 1)[1]} -> {rw.to} when {rw.when}" for name in names
+                     for api in [f"{module}.{name}"] for rw in [support.native_rewrite(api)] if rw is not None]
+            self.note(node, "UNSUPPORTED", "apex's CUDA kernels do not run on the vendor; under transfer its "
+                      "replacement runs (transfer's apex), ported code must not import apex"
+                      + ("; torch-native: " + "; ".join(hints) if hints else ""), api="apex")
 
     # ---------------------------------------------------------------- torch.cuda.X
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:

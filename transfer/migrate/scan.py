@@ -66,8 +66,6 @@ def api_of(qualified: str) -> Optional[str]:
             return name
     if qualified.startswith("torch.cuda."):
         return "torch.cuda." + qualified.split(".")[2]
-    if qualified == "apex" or qualified.startswith("apex.") or qualified == "amp_C":
-        return "apex"
     return support.thirdparty_api(qualified)  # flash_attn, xformers, ... (support.THIRDPARTY_APIS)
 
 
