@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # python benchmarks/run.py
 
 from benchmarks import _common as C  # noqa: E402
 
-FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog")
+FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty")
 
 _PROBE = r"""
 import sys, time, json
@@ -146,7 +146,8 @@ def main(argv: List[str] = None) -> int:
 
     # With --quick the families may share the machine (jobs=2): the numbers are
     # meaningless then, but the suite is exercised end to end in half the time.
-    lanes = [["calls", "training", "calllog"], ["startup", "compile", "memory"]] if jobs > 1 else [list(FAMILIES)]
+    lanes = ([["calls", "training", "calllog"], ["startup", "compile", "memory", "thirdparty"]] if jobs > 1
+             else [list(FAMILIES)])
     lanes = [[f for f in lane if f in families] for lane in lanes]
     done: Dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:

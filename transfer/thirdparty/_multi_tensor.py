@@ -49,16 +49,27 @@ def check_lists(tensor_lists: Sequence[Sequence[torch.Tensor]], depth: int, api:
 def flag_if(noop_flag: Optional[torch.Tensor], bad: torch.Tensor) -> None:
     """noop_flag = 1 where `bad` (a bool/float tensor of one element) is set; no host sync."""
     if noop_flag is not None:
-        noop_flag.copy_(torch.maximum(noop_flag, bad.reshape(noop_flag.shape).to(noop_flag.dtype)))
+        noop_flag.masked_fill_((bad if bad.dtype == torch.bool else bad != 0).reshape(noop_flag.shape), 1)
 
 
 def _groups(*lists: Sequence[torch.Tensor]):
-    """Indices of the tensors of lists[0] grouped by (device, dtype of every list)."""
+    """Indices of the tensors of lists[0] grouped by the dtype in every list (one launch per group,
+    as apex dispatches per dtype). A list spans one device (apex's multi_tensor_apply checks it)."""
+    firsts = [lst[0].dtype for lst in lists]
+    if all(t.dtype == d for lst, d in zip(lists, firsts) for t in lst):
+        return [list(range(len(lists[0])))]
     groups = {}
     for i in range(len(lists[0])):
-        key = tuple((lst[i].device, lst[i].dtype) for lst in lists)
-        groups.setdefault(key, []).append(i)
-    return groups.values()
+        groups.setdefault(tuple(lst[i].dtype for lst in lists), []).append(i)
+    return list(groups.values())
+
+
+def _copy_(dsts: List[torch.Tensor], srcs: List[torch.Tensor]) -> None:
+    if hasattr(torch, "_foreach_copy_"):  # torch >= 2.1
+        torch._foreach_copy_(dsts, srcs)
+    else:
+        for dst, src in zip(dsts, srcs):
+            dst.copy_(src)
 
 
 def _unscale_(tensors: List[torch.Tensor], factor: float) -> torch.Tensor:
@@ -182,8 +193,7 @@ def adam(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step
             torch._foreach_add_(update, p32, alpha=weight_decay)
         torch._foreach_add_(p32, update, alpha=-lr)
         if narrow:
-            for dst, src in zip(p, p32):
-                dst.copy_(src)
+            _copy_(p, p32)
 
 
 # ---------------------------------------------------------------- multi_tensor_sgd
@@ -197,36 +207,29 @@ def sgd(gs, ps, moms, wd: float, momentum: float, dampening: float, lr: float, n
         p = [ps[i] for i in idx]
         narrow = p[0].dtype != _F32
         p32 = [t.to(_F32) for t in p] if narrow else p
-        g32 = [gs[i].to(_F32, copy=True) for i in idx]
+        g32 = [gs[i] if gs[i].dtype == _F32 else gs[i].to(_F32) for i in idx]  # float32 grads: only read below
         if factor != 1.0:
-            torch._foreach_mul_(g32, factor)
+            g32 = torch._foreach_mul(g32, factor)
         if wd != 0 and not wd_after_momentum:
-            torch._foreach_add_(g32, p32, alpha=wd)
+            g32 = torch._foreach_add(g32, p32, alpha=wd)
         if momentum != 0:
             m = [moms[i] for i in idx]
             m32 = [t.to(_F32) for t in m] if m[0].dtype != _F32 else m
             if first_run:
-                for dst, src in zip(m32, g32):
-                    dst.copy_(src)
+                _copy_(m32, g32)
             else:
                 torch._foreach_mul_(m32, momentum)
                 torch._foreach_add_(m32, g32, alpha=1 - dampening)
-            if nesterov:
-                torch._foreach_add_(g32, m32, alpha=momentum)
-            else:
-                g32 = m32
+            g32 = torch._foreach_add(g32, m32, alpha=momentum) if nesterov else m32
             if m32 is not m:
-                for dst, src in zip(m, m32):
-                    dst.copy_(src)
+                _copy_(m, m32)
         if wd != 0 and wd_after_momentum:
             g32 = torch._foreach_add(g32, p32, alpha=wd)
         torch._foreach_add_(p32, g32, alpha=-lr)
         if narrow:
-            for dst, src in zip(p, p32):
-                dst.copy_(src)
+            _copy_(p, p32)
         if model_out is not None:
-            for i, src in zip(idx, p32):
-                model_out[i].copy_(src)
+            _copy_([model_out[i] for i in idx], p32)
 
 
 # ---------------------------------------------------------------- multi_tensor_lamb

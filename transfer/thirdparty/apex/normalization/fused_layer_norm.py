@@ -85,10 +85,10 @@ def _layer_norm(input, normalized_shape, weight, bias, eps, out_dtype):
 
 def _rms(input, normalized_shape, weight, eps, out_dtype):
     acc = _accumulate(input.dtype)
-    x = input.to(acc)
-    w = None if weight is None else weight.to(acc)
+    x = input if input.dtype == acc else input.to(acc)
+    w = weight if weight is None or weight.dtype == acc else weight.to(acc)
     if _rms_norm is not None:
-        y = _rms_norm(x, list(normalized_shape), w, eps)
+        y = _rms_norm(x, normalized_shape, w, eps)
     else:
         dims = tuple(range(-1, -len(normalized_shape) - 1, -1))
         y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
@@ -148,48 +148,41 @@ class FusedRMSNormFunction:
         return _rms(input, normalized_shape, None, eps, input.dtype)
 
 
-def _no_autocast(device_type: str):
-    return torch.autocast(device_type=device_type, enabled=False)
+def _autocast_cast(function, input, *args):
+    """apex's pattern: under autocast cast every tensor to the autocast dtype and run with autocast off;
+    without autocast run as is (disabling an autocast that is off changes nothing)."""
+    device_type = input.device.type
+    if not _mixed.autocast_enabled(device_type):
+        return function.apply(input, *args)
+    args = _mixed.cast_if_autocast_enabled(device_type, input, *args)
+    with torch.autocast(device_type=device_type, enabled=False):
+        return function.apply(*args)
 
 
 def fused_layer_norm_affine(input, weight, bias, normalized_shape, eps=1e-6, memory_efficient=False):
-    args = _mixed.cast_if_autocast_enabled(input.device.type, input, weight, bias, normalized_shape, eps,
-                                           memory_efficient)
-    with _no_autocast(input.device.type):
-        return FusedLayerNormAffineFunction.apply(*args)
+    return _autocast_cast(FusedLayerNormAffineFunction, input, weight, bias, normalized_shape, eps, memory_efficient)
 
 
 def fused_layer_norm(input, normalized_shape, eps=1e-6, memory_efficient=False):
-    args = _mixed.cast_if_autocast_enabled(input.device.type, input, normalized_shape, eps, memory_efficient)
-    with _no_autocast(input.device.type):
-        return FusedLayerNormFunction.apply(*args)
+    return _autocast_cast(FusedLayerNormFunction, input, normalized_shape, eps, memory_efficient)
 
 
 def mixed_dtype_fused_layer_norm_affine(input, weight, bias, normalized_shape, eps=1e-6, memory_efficient=False):
-    args = _mixed.cast_if_autocast_enabled(input.device.type, input, weight, bias, normalized_shape, eps,
-                                           memory_efficient)
-    with _no_autocast(input.device.type):
-        return FusedLayerNormAffineMixedDtypesFunction.apply(*args)
+    return _autocast_cast(FusedLayerNormAffineMixedDtypesFunction, input, weight, bias, normalized_shape, eps,
+                          memory_efficient)
 
 
 def fused_rms_norm_affine(input, weight, normalized_shape, eps=1e-6, memory_efficient=False):
-    args = _mixed.cast_if_autocast_enabled(input.device.type, input, weight, normalized_shape, eps,
-                                           memory_efficient)
-    with _no_autocast(input.device.type):
-        return FusedRMSNormAffineFunction.apply(*args)
+    return _autocast_cast(FusedRMSNormAffineFunction, input, weight, normalized_shape, eps, memory_efficient)
 
 
 def fused_rms_norm(input, normalized_shape, eps=1e-6, memory_efficient=False):
-    args = _mixed.cast_if_autocast_enabled(input.device.type, input, normalized_shape, eps, memory_efficient)
-    with _no_autocast(input.device.type):
-        return FusedRMSNormFunction.apply(*args)
+    return _autocast_cast(FusedRMSNormFunction, input, normalized_shape, eps, memory_efficient)
 
 
 def mixed_dtype_fused_rms_norm_affine(input, weight, normalized_shape, eps=1e-6, memory_efficient=False):
-    args = _mixed.cast_if_autocast_enabled(input.device.type, input, weight, normalized_shape, eps,
-                                           memory_efficient)
-    with _no_autocast(input.device.type):
-        return FusedRMSNormAffineMixedDtypesFunction.apply(*args)
+    return _autocast_cast(FusedRMSNormAffineMixedDtypesFunction, input, weight, normalized_shape, eps,
+                          memory_efficient)
 
 
 def manual_rms_norm(input, normalized_shape, weight, eps):
