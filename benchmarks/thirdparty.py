@@ -1,10 +1,16 @@
-"""Issue 15's replacements against calling their backend directly, side by side in one process.
+"""Family 7: issue 15's replacements against calling their backend directly, side by side in one process.
 
 ``python -m benchmarks.thirdparty [--target cpu] [--quick]`` prints one line per case; the suite
 (``python -m benchmarks``, family "thirdparty") runs it per target with ``--json``.
 
 Each case pairs transfer's replacement with what it runs on, called directly (the goal: the
 replacement within 1.1x):
+
+* flash_attn_func flash_attn_func(q, k, v, causal=True), fwd+bwd, [4, 256, 8, 64] float32 with 2 key/value
+                  heads (GQA) vs F.scaled_dot_product_attention on the same tensors transposed by hand
+                  (is_causal=True, GQA heads as the call needs them)
+* memory_efficient_attention  xformers.ops.memory_efficient_attention(q, k, v, LowerTriangularMask()) vs
+                  the same SDPA call
 
 * fused_adam      apex FusedAdam.step()           vs torch.optim.AdamW(fused=True where the target has
                                                      the kernel, else foreach=True).step()
@@ -44,6 +50,7 @@ TARGET = 1.1  # issue 15: a replacement costs at most 1.1x its backend called di
 SHAPES = [(1024, 1024)] * 12 + [(1024,)] * 12
 ROWS, HIDDEN = 2048, 1024
 QUICK_SHAPES = [(64, 64)] * 4 + [(64,)] * 4
+ATTENTION_SHAPE = (4, 256, 8, 64)
 FULL = {"repeats": 15, "block_s": 0.05, "min_calls": 3, "max_calls": 500}
 QUICK = {"repeats": 3, "block_s": 0.005, "min_calls": 1, "max_calls": 5}
 
@@ -97,6 +104,7 @@ def _cases(torch, device: str):
         return ps
 
     cases = {}
+    _attention_cases(torch, device, cases)
     a, b = with_grads(params()), with_grads(params())
     fused_kernel = FusedAdam(a)._fused
     torch_adam = torch.optim.AdamW(b, lr=1e-3, weight_decay=0.01, **({"fused": True} if fused_kernel else
@@ -172,6 +180,44 @@ def _cases(torch, device: str):
     return cases
 
 
+def _attention_cases(torch, device: str, cases) -> None:
+    import torch.nn.functional as F
+    from flash_attn import flash_attn_func
+    from xformers.ops import LowerTriangularMask, memory_efficient_attention
+
+    b, s, h, d = ATTENTION_SHAPE
+    torch.manual_seed(0)
+    q = torch.randn(b, s, h, d, device=device, requires_grad=True)
+    k = torch.randn(b, s, h // 4, d, device=device, requires_grad=True)
+    v = torch.randn(b, s, h // 4, d, device=device, requires_grad=True)
+    kx = torch.randn(b, s, h, d, device=device, requires_grad=True)
+    vx = torch.randn(b, s, h, d, device=device, requires_grad=True)
+    gqa = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
+
+    def hand_flash():
+        kk, vv = k.transpose(1, 2), v.transpose(1, 2)
+        extra = {"enable_gqa": True} if gqa else {}
+        if not gqa:
+            kk, vv = kk.repeat_interleave(4, 1), vv.repeat_interleave(4, 1)
+        return F.scaled_dot_product_attention(q.transpose(1, 2), kk, vv, is_causal=True, **extra).transpose(1, 2)
+
+    def hand_xformers():
+        return F.scaled_dot_product_attention(q.transpose(1, 2), kx.transpose(1, 2), vx.transpose(1, 2),
+                                              is_causal=True).transpose(1, 2)
+
+    def provided_flash():
+        return flash_attn_func(q, k, v, causal=True)
+
+    def provided_xformers():
+        return memory_efficient_attention(q, kx, vx, attn_bias=LowerTriangularMask())
+
+    for name, provided, hand in (("flash_attn_func", provided_flash, hand_flash),
+                                 ("memory_efficient_attention", provided_xformers, hand_xformers)):
+        torch.testing.assert_close(provided(), hand())  # the same computation
+        cases[name] = ((lambda f=provided: f().sum().backward()), (lambda f=hand: f().sum().backward()),
+                       "F.scaled_dot_product_attention by hand")
+
+
 def child(target: str, quick: bool) -> Dict[str, Any]:
     unavailable = C.enter_child(target)
     if unavailable:
@@ -184,8 +230,8 @@ def child(target: str, quick: bool) -> Dict[str, Any]:
     cfg = dict(QUICK if quick else FULL)
     device = "cpu" if target == "cpu" else f"{target}:0"
     if quick:
-        global SHAPES, ROWS, HIDDEN
-        SHAPES, ROWS, HIDDEN = QUICK_SHAPES, 64, 64
+        global SHAPES, ROWS, HIDDEN, ATTENTION_SHAPE
+        SHAPES, ROWS, HIDDEN, ATTENTION_SHAPE = QUICK_SHAPES, 64, 64, (2, 64, 4, 32)
     cases = _cases(torch, device)
     rows = {}
     for name, (ours, theirs, backend) in cases.items():

@@ -141,6 +141,16 @@ IDIOMS = {  # cell script -> (file in tests/scripts/idioms, ranks under torchrun
 _WAYS = ("env", "import", "runner")
 IDIOM_CELLS = [Cell(script, profile, _WAYS[(i + j) % 3])
                for i, script in enumerate(IDIOMS) for j, profile in enumerate(("cpu", "npu", "sdaa", "gcu"))]
+# CUDA-only packages (issue 15), served by transfer/thirdparty: a LLaMA-style model on flash_attn
+# (flash_attn_func with GQA, rotary, RMSNorm) and a ViT on xformers.ops.memory_efficient_attention.
+# Not the full cross product: the numerics are covered per target by tests/test_thirdparty_attention.py;
+# these cells show that unmodified scripts train. Each script runs on three targets with each way in
+# once, and every target is covered: llama on npu (the npu_fusion_attention path), cpu and sdaa (SDPA);
+# vit on gcu, cpu and npu.
+THIRDPARTY_IDIOMS = {"llama": ("llama_flash_attn.py", 0), "vit": ("vit_xformers.py", 0)}
+IDIOMS.update(THIRDPARTY_IDIOMS)
+IDIOM_CELLS += [Cell("llama", "npu", "env"), Cell("llama", "cpu", "import"), Cell("llama", "sdaa", "runner"),
+                Cell("vit", "gcu", "env"), Cell("vit", "cpu", "runner"), Cell("vit", "npu", "import")]
 CELLS += IDIOM_CELLS
 
 def _has_fully_shard() -> bool:
@@ -606,5 +616,9 @@ def test_the_matrix_covers_every_way_on_every_target():
     assert {c.profile for c in CELLS if c.script == "multinode"} == {"cpu", "npu", "sdaa", "gcu"}
     assert {(c.script, c.way) for c in CELLS if c.variant} >= {("ddp", "none"), ("mmengine", "none")}
     for script in IDIOMS:
+        if script in THIRDPARTY_IDIOMS:  # three targets each, together all four, each way once
+            assert {c.way for c in CELLS if c.script == script} == {"env", "import", "runner"}, script
+            continue
         assert {c.profile for c in CELLS if c.script == script} == set(BACKENDS), script
         assert {c.way for c in CELLS if c.script == script} <= {"env", "import", "runner"}
+    assert {c.profile for c in CELLS if c.script in THIRDPARTY_IDIOMS} == set(BACKENDS)

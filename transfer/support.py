@@ -314,8 +314,9 @@ OTHER_APIS: Tuple[_Row, ...] = (
 _NPU_FA = "torch_npu.npu_fusion_attention"
 _FA_SDPA = ("exact flash_attn semantics (softmax_scale, bottom-right causal, window_size, GQA/MQA, alibi_slopes, "
             "softcap, dropout_p, return_attn_probs/LSE) on torch's scaled_dot_product_attention")
-_FA_NPU = ("flash_attn semantics on npu_fusion_attention (BSND; sparse_mode 3 for bottom-right causal, 4 for "
-           "windows); alibi_slopes as its pse bias; softcap and return_attn_probs run on SDPA instead")
+_FA_NPU = ("flash_attn semantics on npu_fusion_attention (BSND; sparse_mode 3 with the compressed 2048x2048 mask for "
+           "bottom-right causal, 4 for windows); alibi_slopes, softcap and return_attn_probs, which the op cannot "
+           "express exactly, run on SDPA on the same device")
 _FA_VARLEN_SDPA = ("packed sequences through cu_seqlens: one SDPA call over a block-diagonal mask built on the "
                    "device (no host sync)")
 _FA_VARLEN_NPU = ("npu_fusion_attention TND with actual_seq_qlen/actual_seq_kvlen (cumulative lengths read on the "

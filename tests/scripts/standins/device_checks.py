@@ -519,10 +519,26 @@ def vendor_names_frameworks_import():
     torch.testing.assert_close(bsh.cpu().view(b, s, n, d), ref, atol=1e-5, rtol=1e-4)
     try:
         npu_fusion_attention(qd, kd, vd, n, "TND")
-    except NotImplementedError as exc:
-        assert "TND" in str(exc)
+    except RuntimeError as exc:
+        assert "actual_seq_qlen" in str(exc)
     else:
-        raise AssertionError("TND layout accepted")
+        raise AssertionError("TND layout accepted without actual_seq_qlen")
+    # TND: two packed sequences [0, 2) and [2, 6), causal from each one's bottom-right corner
+    tnd = npu_fusion_attention(q[0].to(D1), k[0].to(D1), v[0].to(D1), n, "TND", atten_mask=mask, scale=d**-0.5,
+                               sparse_mode=3, actual_seq_qlen=[2, 6], actual_seq_kvlen=[2, 6])[0]
+    parts = [F.scaled_dot_product_attention(*(t[0, a:e].transpose(0, 1) for t in (q, k, v)), is_causal=True)
+             for a, e in ((0, 2), (2, 6))]
+    torch.testing.assert_close(tnd.cpu(), torch.cat([p.transpose(0, 1) for p in parts]), atol=1e-5, rtol=1e-4)
+    # sparse_mode applies only with atten_mask (the op's tiling); 2-4 need the compressed 2048x2048 mask
+    full = npu_fusion_attention(qd, kd, vd, n, "BSND", scale=d**-0.5, sparse_mode=3)[0]
+    plain = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(full.detach().cpu(), plain, atol=1e-5, rtol=1e-4)
+    try:
+        npu_fusion_attention(qd, kd, vd, n, "BSND", atten_mask=mask[:s, :s], scale=d**-0.5, sparse_mode=3)
+    except RuntimeError as exc:
+        assert "2048" in str(exc)
+    else:
+        raise AssertionError("sparse_mode=3 accepted an uncompressed mask")
 
 
 @check

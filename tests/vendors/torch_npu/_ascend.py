@@ -109,56 +109,63 @@ def _from_bnsd(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t.permute(2, 0, 1, 3).reshape(s, b, n * d)  # SBH
 
 
+_COMPRESSED = 2048  # sparse_mode 2/3/4 take the optimised 2048x2048 upper-triangular mask
+
+
 def _mask(atten_mask, sparse_mode: int, sq: int, skv: int, pre: int, nxt: int, device):
-    """Boolean mask, True where attention is NOT allowed, broadcastable to [B, N, Sq, Skv]."""
+    """Boolean mask, True where attention is NOT allowed, broadcastable to [B, N, Sq, Skv].
+
+    As the CANN op's tiling decides (FlashAttentionScore, read in its published sources
+    and the sparse_mode documentation): without ``atten_mask`` nothing is masked and
+    sparse_mode / pre_tockens / next_tockens are ignored; mode 0 keeps keys j with
+    i - pre <= j <= i + next (top-left); 1 takes the mask as given; 2 is causal from the
+    top-left; 3 causal from the bottom-right; 4 a band counted from the bottom-right
+    (pre/next shifted by Skv - Sq); 2-4 need the compressed 2048x2048 mask.
+    """
+    if atten_mask is None:
+        return None
     q = torch.arange(sq, device=device).view(-1, 1)
     k = torch.arange(skv, device=device).view(1, -1)
+    if sparse_mode in (2, 3, 4) and tuple(atten_mask.shape) != (_COMPRESSED, _COMPRESSED):
+        raise RuntimeError(
+            f"npu_fusion_attention: sparse_mode={sparse_mode} requires the optimised atten_mask of shape "
+            f"[2048, 2048] (torch.triu(torch.ones(2048, 2048), diagonal=1).bool()), got {list(atten_mask.shape)}"
+        )
     if sparse_mode == 0:
-        masked = None if atten_mask is None else atten_mask.bool()
+        masked = atten_mask.bool()
         if pre < _FULL_WINDOW or nxt < _FULL_WINDOW:
             band = (k < q - pre) | (k > q + nxt)
-            masked = band if masked is None else masked | band
+            masked = masked | band
         return masked
     if sparse_mode == 1:  # allMask: the mask as given, tokens ignored
-        return None if atten_mask is None else atten_mask.bool()
+        return atten_mask.bool()
     if sparse_mode == 2:  # leftUpCausal
         return k > q
     if sparse_mode == 3:  # rightDownCausal
         return k > q + (skv - sq)
-    raise NotImplementedError(
-        f"npu_fusion_attention: sparse_mode={sparse_mode} is not simulated (0-3 are)"
-    )
+    if sparse_mode == 4:  # band, pre/next counted from the bottom-right vertex
+        pre_tl, nxt_tl = pre + sq - skv, nxt + skv - sq
+        if pre_tl < 0 and nxt_tl < 0:
+            raise RuntimeError(f"npu_fusion_attention: PreTokens[{pre}] and nextTokens[{nxt}] config error, there is "
+                               "no valid data block.")
+        return (k < q - pre_tl) | (k > q + nxt_tl)
+    if sparse_mode in (5, 6, 7, 8):
+        raise NotImplementedError(
+            f"npu_fusion_attention: sparse_mode={sparse_mode} (prefix / varlen-split modes) is not simulated (0-4 are)"
+        )
+    raise RuntimeError(f"npu_fusion_attention: Not support sparse mode of {sparse_mode}.")
 
 
-def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None,
-                         atten_mask=None, scale=1.0, keep_prob=1.0, pre_tockens=_FULL_WINDOW,
-                         next_tockens=_FULL_WINDOW, inner_precise=0, prefix=None, actual_seq_qlen=None,
-                         actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False,
-                         softmax_layout="", sink=None, dropout_mask=None, seed=0, offset=0):
-    """Scaled dot-product attention with the Ascend fused-attention signature.
-
-    Returns ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``
-    like the real op: ``softmax_max``/``softmax_sum`` are float32 ``[B, N, Sq, 8]`` (the
-    row max of the scaled scores and the row sum of ``exp(score - max)``, repeated 8 times),
-    ``softmax_out`` is empty. ``atten_mask`` is True/1 where attention is NOT allowed;
-    ``sparse_mode`` 0-3 and the BSH/SBH/BSND/BNSD layouts are simulated, grouped-query
-    key/value heads are repeated. Differentiable (plain torch ops on the device).
-    """
-    if input_layout == "TND" or actual_seq_qlen is not None:
-        raise NotImplementedError("npu_fusion_attention: the varlen TND layout is not simulated")
-    q = _to_bnsd(query, input_layout, head_num)
-    kv_heads = head_num if input_layout in ("BSND", "BNSD") else None
-    if kv_heads is None:
-        kv_heads = key.shape[-1] // q.shape[-1]
-    k = _to_bnsd(key, input_layout, kv_heads)
-    v = _to_bnsd(value, input_layout, kv_heads)
+def _attend(q, k, v, scale, pse, masked, keep_prob):
+    """One attention on BNSD tensors: (out float32, row max, row sum)."""
     if k.shape[1] != q.shape[1]:
+        if q.shape[1] % k.shape[1]:
+            raise RuntimeError("npu_fusion_attention: N1 must be a multiple of N2 (grouped-query heads)")
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
     if pse is not None:
         scores = scores + pse.float()
-    masked = _mask(atten_mask, sparse_mode, q.shape[2], k.shape[2], pre_tockens, next_tockens, q.device)
     if masked is not None:
         if masked.dim() == 2 and masked.shape != scores.shape[-2:]:
             masked = masked[: scores.shape[-2], : scores.shape[-1]]
@@ -170,7 +177,78 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
     probs = exp / row_sum.clamp_min(torch.finfo(torch.float32).tiny)
     if keep_prob < 1.0:
         probs = torch.nn.functional.dropout(probs, p=1.0 - keep_prob)
-    out = torch.matmul(probs, v.float()).to(query.dtype)
+    return torch.matmul(probs, v.float()), row_max, row_sum
+
+
+def _tnd(query, key, value, head_num, atten_mask, scale, keep_prob, pre, nxt, sparse_mode, seq_q, seq_kv):
+    """The varlen TND layout: [T, N, D] with cumulative lengths given as host int lists."""
+    if seq_q is None or seq_kv is None:
+        raise RuntimeError("npu_fusion_attention: input_layout TND needs actual_seq_qlen and actual_seq_kvlen")
+    seq_q, seq_kv = [int(x) for x in seq_q], [int(x) for x in seq_kv]
+    if len(seq_q) != len(seq_kv) or seq_q[-1] != query.shape[0] or seq_kv[-1] != key.shape[0]:
+        raise RuntimeError(
+            f"npu_fusion_attention: actual_seq_qlen/actual_seq_kvlen must be cumulative lengths ending at T "
+            f"(query T={query.shape[0]}, key T={key.shape[0]}), got {seq_q} and {seq_kv}"
+        )
+    outs, maxes, sums = [], [], []
+    q0 = k0 = 0
+    for q1, k1 in zip(seq_q, seq_kv):
+        q = query[q0:q1].transpose(0, 1).unsqueeze(0)
+        k = key[k0:k1].transpose(0, 1).unsqueeze(0)
+        v = value[k0:k1].transpose(0, 1).unsqueeze(0)
+        masked = _mask(atten_mask, sparse_mode, q1 - q0, k1 - k0, pre, nxt, query.device)
+        out, row_max, row_sum = _attend(q, k, v, scale, None, masked, keep_prob)
+        outs.append(out[0].transpose(0, 1))
+        maxes.append(row_max[0, :, :, 0].transpose(0, 1))
+        sums.append(row_sum[0, :, :, 0].transpose(0, 1))
+        q0, k0 = q1, k1
+    out = torch.cat(outs).to(query.dtype)
+    softmax_max = torch.cat(maxes).unsqueeze(-1).expand(-1, -1, 8).contiguous()
+    softmax_sum = torch.cat(sums).unsqueeze(-1).expand(-1, -1, 8).contiguous()
+    return out, softmax_max, softmax_sum
+
+
+def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None,
+                         atten_mask=None, scale=1.0, keep_prob=1.0, pre_tockens=_FULL_WINDOW,
+                         next_tockens=_FULL_WINDOW, inner_precise=0, prefix=None, actual_seq_qlen=None,
+                         actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False,
+                         softmax_layout="", sink=None, dropout_mask=None, seed=0, offset=0):
+    """Scaled dot-product attention with the Ascend fused-attention signature (torch_npu 2.13).
+
+    Returns ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``
+    like the real op: ``softmax_max``/``softmax_sum`` are float32 ``[B, N, Sq, 8]`` (``[T, N, 8]``
+    for TND: the row max of the scaled scores and the row sum of ``exp(score - max)``, repeated
+    8 times), ``softmax_out`` is empty. ``atten_mask`` is True/1 where attention is NOT allowed;
+    ``sparse_mode`` 0-4 (see `_mask`), the BSH/SBH/BSND/BNSD layouts and TND (varlen, with
+    ``actual_seq_qlen``/``actual_seq_kvlen`` as cumulative host lists) are simulated;
+    grouped-query key/value heads are repeated. ``pse`` is added to the scaled scores.
+    Differentiable (plain torch ops on the device).
+    """
+    if padding_mask is not None:
+        raise RuntimeError("npu_fusion_attention: padding_mask is not supported yet")
+    if query.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise RuntimeError(f"npu_fusion_attention: query dtype {query.dtype} is not supported "
+                           "(float16, bfloat16, float32 are)")
+    if input_layout == "TND":
+        if pse is not None:
+            raise NotImplementedError("npu_fusion_attention: pse with the TND layout is not simulated")
+        out, softmax_max, softmax_sum = _tnd(query, key, value, head_num, atten_mask, scale, keep_prob, pre_tockens,
+                                             next_tockens, sparse_mode, actual_seq_qlen, actual_seq_kvlen)
+        softmax_out = torch.empty(0, dtype=query.dtype, device=query.device)
+        return out, softmax_max, softmax_sum, softmax_out, seed, offset, 0
+    if actual_seq_qlen is not None or actual_seq_kvlen is not None:
+        raise RuntimeError("npu_fusion_attention: actual_seq_qlen/actual_seq_kvlen are only used with input_layout TND")
+    q = _to_bnsd(query, input_layout, head_num)
+    kv_heads = head_num if input_layout in ("BSND", "BNSD") else None
+    if kv_heads is None:
+        kv_heads = key.shape[-1] // q.shape[-1]
+    k = _to_bnsd(key, input_layout, kv_heads)
+    v = _to_bnsd(value, input_layout, kv_heads)
+    if input_layout in ("BSND", "BNSD") and q.shape[1] != head_num:
+        raise RuntimeError(f"npu_fusion_attention: head_num {head_num} does not match the query's N {q.shape[1]}")
+    masked = _mask(atten_mask, sparse_mode, q.shape[2], k.shape[2], pre_tockens, next_tockens, q.device)
+    out, row_max, row_sum = _attend(q, k, v, scale, pse, masked, keep_prob)
+    out = out.to(query.dtype)
     softmax_max = row_max.detach().expand(*row_max.shape[:-1], 8).contiguous()
     softmax_sum = row_sum.detach().expand(*row_sum.shape[:-1], 8).contiguous()
     softmax_out = torch.empty(0, dtype=query.dtype, device=query.device)

@@ -1,0 +1,1 @@
+"""flash_attn.layers, provided by transfer: rotary."""
