@@ -249,7 +249,7 @@ def line(target: str, rec: Dict[str, Any]) -> str:
     parts = []
     for name, r in rec["cases"].items():
         mark = {True: "ok", False: "MISS"}.get(r.get("meets_target"), "not judged")
-        parts.append(f"    {name:13s} {r['ratio']:.3f} [{r['ratio_q1']:.3f}-{r['ratio_q3']:.3f}] {mark}  "
+        parts.append(f"    {name:26s} {r['ratio']:.3f} [{r['ratio_q1']:.3f}-{r['ratio_q3']:.3f}] {mark}  "
                      f"({r['shim']:.0f} vs {r['native']:.0f} us, {r['added']:+.0f} us; backend: {r['backend']})")
     return f"  [{target}]\n" + "\n".join(parts)
 
