@@ -18,7 +18,8 @@ import os
 import threading
 from typing import Any, Dict, Optional
 
-_ERRORS = ("TransferError", "UnknownDeviceError", "VendorPackageMissing", "NoDeviceError", "UnsupportedCudaAPI")
+_ERRORS = ("TransferError", "UnknownDeviceError", "VendorPackageMissing", "NoDeviceError", "UnsupportedCudaAPI",
+           "ConflictError")
 
 __version__ = "0.1.0"
 __all__ = ["install", "uninstall", "status", "report", *_ERRORS]
@@ -58,16 +59,22 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     With ``device=None`` TRANSFER_DEVICE decides, defaulting to 'auto'.
     Idempotent and thread-safe: a second call returns the current status; asking
     for a different target while one is active raises (uninstall first).
-    Returns `status()`.
+    Raises before patching anything when a TRANSFER_* switch has a bad value,
+    and `ConflictError` when another patcher of torch is active (neighbours.py);
+    a misspelled TRANSFER_DISABLE name raises with the valid names, torch left
+    as it was. Returns `status()`.
     """
     global _active, _outcome
     import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
 
     from . import selection
     from .errors import TransferError
+    from .switches import flag
 
     with _lock:
         wanted = selection.requested(device)
+        strict = flag("TRANSFER_STRICT")  # bad values raise here, before anything is patched
+        flag("TRANSFER_QUIET")
         if _active is not None:
             if wanted not in ("auto", _active.profile.name):
                 raise TransferError(
@@ -76,8 +83,9 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
                 )
             return status()
         from .patches.environment import set_visible_devices
-        from .registry import Registry
+        from .registry import Registry, revert_left_behind
 
+        revert_left_behind()  # an earlier install's replacements that another patch's undo put back
         registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
         profile, why = selection.select(wanted, prepare=lambda p: set_visible_devices(registry, p))
         if profile is None:
@@ -85,18 +93,18 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
             if why == selection.NATIVE_CUDA:
                 _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
             return status()
-        _active = _apply(profile, registry)
+        _active = _apply(profile, registry, strict)
         _outcome = {"active": True, "reason": why}
         _banner(_active)
         return status()
 
 
-def _apply(profile, registry):
+def _apply(profile, registry, strict):
     import torch  # noqa: F401  (patch areas need it loaded)
 
-    from . import cpu_runtime
+    from . import cpu_runtime, neighbours
     from .devices import Target
-    from .patches import PatchContext, apply_all
+    from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
     from .thirdparty import apply as provide_packages
 
     runtime = cpu_runtime if profile.is_cpu else getattr(torch, profile.device_type)
@@ -105,15 +113,20 @@ def _apply(profile, registry):
         registry=registry,
         target=Target(profile.device_type, runtime.device_count),
         runtime=runtime,
-        strict=os.environ.get("TRANSFER_STRICT", "").strip().lower() in ("1", "true", "yes"),
+        strict=strict,
     )
     try:
+        neighbours.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
         provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
+        registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now
+                                f"for the {profile.name} target on torch {torch.__version__}")
         if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
             from .calllog import attach
 
             ctx.log = attach(ctx, os.environ["TRANSFER_LOG"].strip())
+        for area in DEFERRED:
+            apply_area(ctx, area)
     except BaseException:
         registry.revert_all()
         raise
@@ -142,7 +155,9 @@ def _forget_compiled_code() -> None:
 
 
 def uninstall() -> None:
-    """Undo every patch: each attribute gets back the identical original object."""
+    """Undo every patch: each attribute that still holds transfer's replacement gets
+    back the identical original object. One patched again by someone else after
+    transfer is left as it is, with a WARNING naming it (registry.py)."""
     global _active, _outcome
     with _lock:
         if _active is not None:
@@ -151,6 +166,12 @@ def uninstall() -> None:
                 ctx.registry.revert_all()
             finally:
                 _forget_compiled_code()
+        else:
+            import sys
+
+            registry = sys.modules.get(f"{__name__}.registry")
+            if registry is not None:  # what an earlier uninstall left behind, if it is ours again
+                registry.revert_left_behind()
         _outcome = {"active": False, "reason": "uninstalled"}
 
 
@@ -202,17 +223,29 @@ def _is_rank_zero() -> bool:
 
 
 def _say_once(message: str) -> None:
-    """One line per job: rank 0 only, and not again in processes it starts."""
-    if os.environ.get("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
+    """One line per job: rank 0 only, and not again in processes it starts.
+
+    An INFO record of the 'transfer' logger. transfer adds no handler, sets no
+    level and leaves ``propagate`` alone (library code; the logging HOWTO): where
+    the application has configured logging (a handler on the way to the root),
+    its configuration decides, and the line appears once, in its format. Where
+    nothing is configured, logging would drop an INFO record (its last resort
+    handles WARNING and above), so the banner goes to `logging.lastResort`
+    (stderr, the message alone) itself, unless a level above INFO was set on
+    the 'transfer' logger, `logging.disable` covers INFO, or
+    ``logging.lastResort`` is None. transfer's warnings need nothing of the
+    kind: the last resort shows them when nothing is configured.
+    """
+    from .switches import flag
+
+    if flag("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
         return
     os.environ["_TRANSFER_SAID"] = "1"
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    logger.info(message)
+    if logger.hasHandlers():
+        logger.info(message)
+    elif (logging.lastResort is not None and not logger.disabled and logger.level <= logging.INFO
+          and logger.manager.disable < logging.INFO):
+        logging.lastResort.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, None, None))
 
 
 def _banner(ctx) -> None:

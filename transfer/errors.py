@@ -19,3 +19,8 @@ class NoDeviceError(TransferError):
 
 class UnsupportedCudaAPI(TransferError, NotImplementedError):
     """A `torch.cuda` API that the active target has no equivalent for."""
+
+
+class ConflictError(TransferError, ImportError):
+    """Another patcher of torch (a second copy of transfer, torch_npu's transfer_to_npu) is active
+    in this process; the message says which one to remove."""

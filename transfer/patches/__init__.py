@@ -36,8 +36,13 @@ AREAS = (
     "data_parallel",  # nn.DataParallel
     "custom_ops",  # torch.library kernels for CUDA keys -> the target's; CUDA C++ builds refused clearly
     "shutdown",  # clean interpreter exit after distributed jobs
-    "torchscript",  # last: TorchScript maps the replacements to torch's builtins
+    "torchscript",  # TorchScript maps the replacements to torch's builtins
+    "copies",  # last, after TRANSFER_LOG: `from torch.cuda import X` bound before install -> the replacement
 )
+
+#: Areas `apply_all` leaves to its caller: transfer.install applies them with `apply_area` once
+#: TRANSFER_LOG has wrapped the replacements.
+DEFERRED = ("copies",)
 
 
 class PatchContext:
@@ -64,5 +69,10 @@ class PatchContext:
 
 def apply_all(ctx: PatchContext) -> None:
     for area in AREAS:
-        if ctx.registry.enabled(area):
-            importlib.import_module(f"{__name__}.{area}").apply(ctx)
+        if area not in DEFERRED:
+            apply_area(ctx, area)
+
+
+def apply_area(ctx: PatchContext, area: str) -> None:
+    if ctx.registry.enabled(area):
+        importlib.import_module(f"{__name__}.{area}").apply(ctx)

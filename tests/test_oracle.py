@@ -1,0 +1,172 @@
+"""CUDA is the oracle: a CUDA script computes under transfer what it computes on CUDA.
+
+tests/oracle/cuda_semantics.py is a CUDA script (probes and generated programs: tensor moves,
+in-place ops, random-number calls, autocast regions); tests/oracle/cuda_expected.py holds CUDA's
+answers to it, from torch's documented semantics and values recorded on a real GPU, and a
+reference interpreter of CUDA's semantics for the programs. Here the script runs under transfer
+on the cpu target and on every stand-in, through the environment way in, and every answer must
+equal CUDA's, except the differences listed in KNOWN: those are what README's "Known limits"
+states, and a KNOWN difference that disappears fails too (so the list stays exact).
+
+On a machine with a GPU, ``python tests/oracle/cuda_semantics.py --check`` checks the oracle
+itself against real CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import NO_STANDINS, ROOT, STANDINS, VENDORS, clean_env, run
+
+ORACLE = os.path.join(ROOT, "tests", "oracle")
+sys.path.insert(0, ORACLE)
+import cuda_expected  # noqa: E402
+import cuda_semantics  # noqa: E402
+
+COUNT = 2  # devices every target reports here
+PROGRAMS = 40  # generated programs per target, besides the hypothesis ones
+
+#: target -> {probe: {difference path, ...}}: where the target cannot compute what CUDA computes.
+#: Each is stated in README's "Known limits" (checked below by the phrase given with it).
+KNOWN = {
+    "cpu": {},
+    "npu": {},
+    "sdaa": {},
+    "gcu": {},
+}
+#: Programs may draw random numbers with ops on existing device tensors (uniform_, normal) on these
+#: targets; on the others only device factories draw (KNOWN says why).
+TENSOR_DRAWS = {"cpu": False, "npu": True, "sdaa": True, "gcu": True}
+
+
+def observe(target):
+    """The script's observations under TRANSFER_DEVICE=<target>, in a fresh process."""
+    env = clean_env(TRANSFER_DEVICE=target, TRANSFER_QUIET="1", TRANSFER_CPU_DEVICES=COUNT,
+                    SIM_ACCEL_DEVICE_COUNT=COUNT, TRANSFER_CPU_AMP_DTYPE="float16")
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "SDAA_VISIBLE_DEVICES", "TOPS_VISIBLE_DEVICES"):
+        env.pop(name, None)  # all COUNT devices visible, whatever this machine's environment says
+    if target != "cpu":
+        env["PYTHONPATH"] = os.pathsep.join([VENDORS] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    args = [sys.executable, os.path.join(ORACLE, "cuda_semantics.py"), "--observe", "--programs", "0"]
+    out = run(args, env=env, timeout=600).stdout
+    if target != "cpu":  # torch's own message lists the PrivateUse1 device by the name the plug-in gave it
+        out = out.replace(f", {target} device type", ", privateuseone device type")
+    probes = json.loads(out)["probes"]
+    programs = {}
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); import cuda_semantics as c; "
+              f"print(json.dumps([c.run_program(c.program(s, tensor_draws={TENSOR_DRAWS[target]})) "
+              f"for s in range({PROGRAMS})]))")
+    for seed, value in enumerate(json.loads(run([sys.executable, "-c", script, ORACLE], env=env, timeout=600).stdout)):
+        programs[seed] = value
+    return probes, programs
+
+
+def probe_differences(probes):
+    table = cuda_expected.expected_probes(COUNT, cuda_semantics.DEVICE_STRINGS)
+    found = {}
+    for name, (expected, _source) in table.items():
+        diffs = cuda_expected.differences(probes.get(name, {"missing": True}), expected)
+        if diffs:
+            found[name] = diffs
+    return found
+
+
+def check_target(target):
+    probes, programs = observe(target)
+    found = probe_differences(probes)
+    unexpected = {name: diffs for name, diffs in found.items()
+                  if {d.split(":")[0] for d in diffs} != set(KNOWN[target].get(name, ()))}
+    vanished = sorted(set(KNOWN[target]) - set(found))
+    assert not unexpected and not vanished, (
+        f"{target}: probes that differ from CUDA (not in KNOWN): {json.dumps(unexpected, indent=1)}\n"
+        f"KNOWN differences that no longer occur (remove them from KNOWN and README): {vanished}")
+    bad = {}
+    for seed, observed in programs.items():
+        ops = cuda_semantics.program(seed, tensor_draws=TENSOR_DRAWS[target])
+        diffs = cuda_expected.differences(observed, cuda_expected.model_program(ops, COUNT))
+        if diffs:
+            bad[seed] = {"ops": ops, "differences": diffs}
+    assert not bad, f"{target}: programs that compute something else than CUDA: {json.dumps(bad, indent=1)[:6000]}"
+
+
+def test_cpu_target_computes_what_cuda_computes():
+    check_target("cpu")
+
+
+@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@pytest.mark.parametrize("target", ["npu", "sdaa", "gcu"])
+def test_standin_computes_what_cuda_computes(target):
+    check_target(target)
+
+
+def test_known_limits_are_in_the_readme():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    limits = readme.split("## Known limits", 1)[-1].split("\n## ", 1)[0]
+    for target, probes in KNOWN.items():
+        for name in probes:
+            assert f"`{name}`" in limits, f"README's Known limits does not name {target}'s difference `{name}`"
+
+
+# ------------------------------------------------------------------ hypothesis, in this process
+
+
+@st.composite
+def programs(draw, tensor_draws):
+    """Sequences of ops in cuda_semantics.run_program's vocabulary."""
+    ops, hosts, devices = [("host", "h0", draw(st.integers(-3, 3)))], 1, 0
+    draws = cuda_semantics.FACTORY_DRAWS + (cuda_semantics.TENSOR_DRAWS if tensor_draws else ())
+    for _ in range(draw(st.integers(1, 16))):
+        kind = draw(st.sampled_from(["host", "move", "inplace", "binary", "seed", "draw", "draw_cpu", "state",
+                                     "autocast"]))
+        if kind == "host":
+            ops.append(("host", f"h{hosts}", draw(st.integers(-3, 3))))
+            hosts += 1
+        elif kind == "move":
+            ops.append(("move", f"h{draw(st.integers(0, hosts - 1))}", f"d{devices}",
+                        draw(st.sampled_from(cuda_semantics.MOVES))))
+            devices += 1
+        elif kind == "inplace":
+            name = draw(st.sampled_from([f"h{i}" for i in range(hosts)] + [f"d{i}" for i in range(devices)]))
+            ops.append(("inplace", name, draw(st.sampled_from(["add_", "sub_", "mul_", "remainder_"])),
+                        draw(st.sampled_from([-2, -1, 1, 2, 3]))))
+        elif kind == "binary" and devices:
+            ops.append(("binary", f"d{draw(st.integers(0, devices - 1))}", f"d{draw(st.integers(0, devices - 1))}",
+                        f"d{devices}"))
+            devices += 1
+        elif kind == "seed":
+            ops.append(("seed", draw(st.sampled_from(["torch.manual_seed", "torch.cuda.manual_seed",
+                                                      "torch.cuda.manual_seed_all"])), draw(st.sampled_from([0, 1, 2]))))
+        elif kind == "draw":
+            ops.append(("draw", f"d{devices}", draw(st.sampled_from(draws))))
+            devices += 1
+        elif kind == "draw_cpu":
+            ops.append(("draw_cpu", f"h{hosts}"))
+            hosts += 1
+        elif kind == "state":
+            ops.append(("state", draw(st.sampled_from(["save", "restore"])), draw(st.sampled_from(["cuda", "cpu"]))))
+        elif kind == "autocast" and devices:
+            ops.append(("autocast", f"d{draw(st.integers(0, devices - 1))}", f"d{draw(st.integers(0, devices - 1))}",
+                        f"d{devices}", draw(st.sampled_from(cuda_semantics.AUTOCASTS))))
+            devices += 1
+    return ops
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ops=programs(tensor_draws=TENSOR_DRAWS["cpu"]))
+def test_generated_programs_on_the_cpu_target(install_cpu, ops):
+    import transfer
+
+    transfer.uninstall()
+    expected = cuda_expected.model_program(ops, COUNT)  # CUDA's semantics, computed without the shim
+    install_cpu(TRANSFER_CPU_DEVICES=COUNT, TRANSFER_CPU_AMP_DTYPE="float16", CUDA_VISIBLE_DEVICES=None)
+    observed = cuda_semantics.run_program(ops)
+    diffs = cuda_expected.differences(observed, expected)
+    assert not diffs, f"{ops}\n" + "\n".join(diffs)
