@@ -309,9 +309,9 @@ def _unsupported(ctx, name: str, target_name: str) -> Callable:
 
 
 def _unsupported_class(ctx, name: str, target_name: str) -> type:
-    """A class standing for a CUDA class the target lacks (CUDAGraph, MemPool, graph, ...).
+    """A class standing for a CUDA class the target lacks (MemPool, ExternalStream, ...).
 
-    It stays a class, so code that only names it works: ``torch.cuda.CUDAGraph | None``
+    It stays a class, so code that only names it works: ``torch.cuda.MemPool | None``
     annotations evaluated at import (transformers), subclasses, ``isinstance`` checks
     (always False: no instance exists). Constructing it, or a subclass, raises
     `UnsupportedCudaAPI`.
