@@ -16,11 +16,13 @@ target has that kernel (`fused_adam_available`).
 
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 _F32 = torch.float32
+_HAS_LERP = hasattr(torch, "_foreach_lerp_")  # torch's foreach Adam's first-moment update (not in every torch)
 
 
 # ---------------------------------------------------------------- checks (multi_tensor_apply.cuh)
@@ -178,20 +180,24 @@ def adam(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step
         narrow = p[0].dtype != _F32
         p32 = [t.to(_F32) for t in p] if narrow else p
         g32 = [t.to(_F32) for t in g] if g[0].dtype != _F32 else g
-        if mode == 0 and weight_decay != 0:
-            g32 = torch._foreach_add(g32, p32, alpha=weight_decay)
-        torch._foreach_mul_(m, beta1)
-        torch._foreach_add_(m, g32, alpha=1 - beta1)
+        # apex's formula in the order of torch's foreach Adam (8 list ops):
+        # p*(1 - lr*wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) == p - lr*(m_hat/(sqrt(v_hat)+eps) + wd*p)
+        if weight_decay != 0:
+            if mode == 0:
+                g32 = torch._foreach_add(g32, p32, alpha=weight_decay)
+            else:
+                torch._foreach_mul_(p32, 1 - lr * weight_decay)
+        if _HAS_LERP:
+            torch._foreach_lerp_(m, g32, 1 - beta1)
+        else:
+            torch._foreach_mul_(m, beta1)
+            torch._foreach_add_(m, g32, alpha=1 - beta1)
         torch._foreach_mul_(v, beta2)
         torch._foreach_addcmul_(v, g32, g32, value=1 - beta2)
-        denom = torch._foreach_div(v, bc2)
-        torch._foreach_sqrt_(denom)
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, math.sqrt(bc2))
         torch._foreach_add_(denom, eps)
-        update = torch._foreach_div(m, bc1)
-        torch._foreach_div_(update, denom)
-        if mode == 1 and weight_decay != 0:
-            torch._foreach_add_(update, p32, alpha=weight_decay)
-        torch._foreach_add_(p32, update, alpha=-lr)
+        torch._foreach_addcdiv_(p32, m, denom, value=-lr / bc1)
         if narrow:
             _copy_(p, p32)
 
