@@ -57,7 +57,7 @@ TORCH_PYTHON = {
 DEFAULT_TORCH = "2.13.0"
 CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
 TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg")
-TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "libcst>=1.0"]
+TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "libcst>=1.0", "safetensors"]
 
 
 def find_python(version: str) -> str:

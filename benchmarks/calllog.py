@@ -100,8 +100,8 @@ def child(target: str, quick: bool, repeats: int = 0) -> Dict[str, Any]:
     shutil.rmtree(logdir, ignore_errors=True)
     from transfer import calllog
 
-    calllog._LOGS.clear()  # its directory is gone: no exit summary naming it
-    if logged != ["transfer-log-rank0.jsonl"]:
+    calllog.forget_process_log()  # its directory is gone: no exit summary naming it
+    if logged != [f"transfer-log-pid{os.getpid()}.jsonl"]:  # a process without a rank (yet): named by its pid
         raise RuntimeError(f"the 'on' arm wrote {logged} instead of one log file")
     record = C.ratio_record(times["on"], times["off"], ratios, TARGET, unit_scale=1e3)
     ctl = C.summary(control)
@@ -113,12 +113,88 @@ def child(target: str, quick: bool, repeats: int = 0) -> Dict[str, Any]:
     return record
 
 
+PLAN_ARMS = ("plan", "native", "control")
+
+
+def _native_block(torch, model, opt, data, steps):
+    """`steps` steps of a native job whose calls pass the rehearsal's layers (transfer/plan.py) by their fast
+    paths, as a CUDA job's do once each site is logged: torch.cuda.is_available() every step, .to() with a dtype,
+    factories without a device. Seconds per step (process CPU time)."""
+    start = time.process_time()
+    for _ in range(steps):
+        if torch.cuda.is_available():  # False here; one observed torch.cuda call per step either way
+            raise RuntimeError("this measurement is for a machine without CUDA")
+        x = data.to(torch.float32)
+        y = torch.zeros(x.shape[0], dtype=torch.long)
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return (time.process_time() - start) / steps
+
+
+def child_plan(quick: bool, repeats: int = 0) -> Dict[str, Any]:
+    """The rehearsal's cost on a native job (what `transfer-run --plan npu` adds on real CUDA): observe() on
+    vs off, A/A control; no shim installed."""
+    bad = C.enter_child("cpu")
+    if bad:
+        return bad
+    import torch
+
+    from transfer import calllog, plan
+
+    cfg = dict(QUICK if quick else FULL)
+    if repeats:
+        cfg["repeats"] = repeats
+    logdir = tempfile.mkdtemp(prefix="transfer-plan-bench-")
+    data = torch.randn(64, 256)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def arm(name: str, steps: int) -> float:
+        ctx = plan.observe(logdir, "npu") if name == "plan" else None
+        try:
+            _native_block(torch, model, opt, data, cfg["warmup"])
+            return _native_block(torch, model, opt, data, steps)
+        finally:
+            if ctx is not None:
+                ctx.registry.revert_all()
+
+    per_step = arm("native", 5)
+    steps = int(min(cfg["max_steps"], max(cfg["min_steps"], cfg["block_s"] / per_step)))
+    times: Dict[str, list] = {a: [] for a in PLAN_ARMS}
+    ratios, control = [], []
+    for repeat in range(cfg["repeats"]):
+        shift = repeat % len(PLAN_ARMS)
+        got = {name: arm(name, steps) for name in PLAN_ARMS[shift:] + PLAN_ARMS[:shift]}
+        for name in PLAN_ARMS:
+            times[name].append(got[name])
+        ratios.append(got["plan"] / got["native"])
+        control.append(got["control"] / got["native"])
+    logged = sorted(os.listdir(logdir))
+    shutil.rmtree(logdir, ignore_errors=True)
+    calllog.forget_process_log()  # its directory is gone: no exit summary naming it
+    if logged != [f"transfer-log-pid{os.getpid()}.jsonl"]:  # a process without a rank (yet): named by its pid
+        raise RuntimeError(f"the 'plan' arm wrote {logged} instead of one log file")
+    record = C.ratio_record(times["plan"], times["native"], ratios, TARGET, unit_scale=1e3)
+    ctl = C.summary(control)
+    if quick:
+        record["meets_target"] = None
+    record.update(status="ok", unit="ms per step", steps_per_block=steps, control_ratio=ctl["median"],
+                  control_q1=ctl["q1"], control_q3=ctl["q3"],
+                  workload="native MLP 256-512-10 step, batch 64, SGD, one torch.cuda call per step; "
+                           "transfer.plan.observe on vs off, no shim")
+    return record
+
+
 def line(target: str, rec: Dict[str, Any]) -> str:
     """The printed line of one target."""
     if rec.get("status") != "ok":
         return f"  [{target}] {rec.get('status')}"
     mark = {True: "ok", False: "MISS"}.get(rec.get("meets_target"), "not judged")
-    return (f"  [{target}] TRANSFER_LOG on / off: median {rec['ratio']:.3f} [q1 {rec['ratio_q1']:.3f} - q3 "
+    what = "rehearsal (--plan npu) on / off" if target.endswith("plan") else "TRANSFER_LOG on / off"
+    return (f"  [{target}] {what}: median {rec['ratio']:.3f} [q1 {rec['ratio_q1']:.3f} - q3 "
             f"{rec['ratio_q3']:.3f}] {mark} (bar {rec['target']}); A/A control {rec['control_ratio']:.3f} "
             f"[{rec['control_q1']:.3f}-{rec['control_q3']:.3f}]; {rec['repeats']} repeats of "
             f"{rec['steps_per_block']} steps, step off {rec['native']:.2f} ms")
@@ -134,6 +210,10 @@ def measure(targets, quick: bool, log=print) -> Dict[str, Any]:
         results[target] = C.run_child("calllog", ["--target", target] + (["--quick"] if quick else []),
                                       timeout=600 if quick else 1800)
         log(line(target, results[target]))
+        if target == "cpu":  # the rehearsal on a native job: what `transfer-run --plan` costs on real CUDA
+            results["native+plan"] = C.run_child("calllog", ["--plan"] + (["--quick"] if quick else []),
+                                                 timeout=600 if quick else 1800)
+            log(line("native+plan", results["native+plan"]))
     return {"targets": results, "method": "one process per target; blocks of steps rotate log on / off / off "
             "(A/A control); ratio = on ms/step / off ms/step per repeat"}
 
@@ -144,12 +224,16 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default="cpu", choices=C.TARGETS)
     parser.add_argument("--quick", action="store_true", help="few repeats: checks it works, not the number")
     parser.add_argument("--repeats", type=int, default=0, help=f"default {FULL['repeats']} ({QUICK['repeats']} quick)")
+    parser.add_argument("--plan", action="store_true", help="the rehearsal's cost on a native job instead "
+                        "(transfer.plan.observe on / off, no shim)")
     parser.add_argument("--json", help="write the result here and exit (the suite's child mode)")
     args = parser.parse_args(argv)
+    run = (lambda: child_plan(args.quick, args.repeats)) if args.plan else \
+        (lambda: child(args.target, args.quick, args.repeats))
     if args.json:
-        C.finish_child(args.json, lambda: child(args.target, args.quick, args.repeats))
-    result = child(args.target, args.quick, args.repeats)
-    print(line(args.target, result).strip())
+        C.finish_child(args.json, run)
+    result = run()
+    print(line("native+plan" if args.plan else args.target, result).strip())
     return 0 if result.get("status") == "ok" else 1
 
 

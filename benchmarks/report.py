@@ -177,6 +177,13 @@ def table(results: Dict[str, Any]) -> str:
         lines.append("")
         lines.append("7. Issue 15's replacements / their backend called directly (median [q1-q3]; goal 1.1x)")
         lines.extend(thirdparty_line(target, rec) for target, rec in thirdparty.items())
+    migrate = results.get("migrate", {}).get("dirs", {})
+    if migrate:
+        from .migrate import line as migrate_line
+
+        lines.append("")
+        lines.append("8. transfer scan / port on a checkout: files/s (default workers; -j1), what is left for a person")
+        lines.extend(migrate_line(rec) for rec in migrate.values())
     misses = targets_missed(results)
     lines.append("")
     lines.append("Targets missed: " + ("none" if not misses else "; ".join(misses)))
@@ -236,6 +243,10 @@ def targets_missed(results: Dict[str, Any]) -> List[str]:
     for target, res in results.get("compile", {}).get("targets", {}).items():
         if C.is_ok(res) and res["summary"]["meets_target"] is False:
             missed.append(f"compile[{target}]")
+    for path, rec in results.get("migrate", {}).get("dirs", {}).items():
+        if rec.get("status") == "ok" and rec.get("meets_target") is False:
+            missed.append(f"migrate {os.path.basename(path)}: scan {rec['scan_files_per_s']:.0f} files/s, "
+                          f"port {rec['port_files_per_s']:.0f} files/s")
     for target, rec in results.get("calllog", {}).get("targets", {}).items():
         if C.is_ok(rec) and rec.get("meets_target") is False:
             missed.append(f"calllog[{target}] {rec['ratio']:.3f} > {rec['target']}")

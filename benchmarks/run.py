@@ -3,6 +3,7 @@
     python -m benchmarks                 # full run (~15-25 min on 2 cores)
     python -m benchmarks --quick         # smoke run (CI): every family, few repeats
     python -m benchmarks --only calls,compile --targets cpu,sdaa --out /tmp/b
+    python -m benchmarks --only migrate ~/src/some-repo      # scan/port speed on any checkout
 
 Writes ``<out>/results.json`` and ``<out>/calls.png`` (default out:
 benchmarks/results/, git-ignored). Vendor stand-ins (tests/vendors) are probed
@@ -28,7 +29,7 @@ if __package__ in (None, ""):  # python benchmarks/run.py
 
 from benchmarks import _common as C  # noqa: E402
 
-FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty")
+FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty", "migrate")
 
 _PROBE = r"""
 import sys, time, json
@@ -79,6 +80,8 @@ def _git_commit() -> str:
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", metavar="DIR",
+                        help="checkouts family migrate measures scan and port on (default: this checkout)")
     parser.add_argument("--quick", action="store_true", help="few repeats: checks the suite works, not the numbers")
     parser.add_argument("--out", default=os.path.join(C.ROOT, "benchmarks", "results"))
     parser.add_argument("--only", default=",".join(FAMILIES), help=f"comma list of {', '.join(FAMILIES)}")
@@ -129,7 +132,9 @@ def main(argv: List[str] = None) -> int:
         t0 = time.perf_counter()
         module = __import__(f"benchmarks.{name}", fromlist=["measure"])
         try:
-            if name == "startup":
+            if name == "migrate":  # offline tools: no target, the directories given
+                result = module.measure(args.paths, args.quick, log)
+            elif name == "startup":
                 result = module.measure(available, args.quick, log)
                 for t, why in missing.items():
                     result.setdefault("import_auto", {})[t] = why
@@ -146,8 +151,8 @@ def main(argv: List[str] = None) -> int:
 
     # With --quick the families may share the machine (jobs=2): the numbers are
     # meaningless then, but the suite is exercised end to end in half the time.
-    lanes = ([["calls", "training", "calllog"], ["startup", "compile", "memory", "thirdparty"]] if jobs > 1
-             else [list(FAMILIES)])
+    lanes = [["calls", "training", "calllog"], ["startup", "compile", "memory", "thirdparty", "migrate"]] if jobs > 1 \
+        else [list(FAMILIES)]
     lanes = [[f for f in lane if f in families] for lane in lanes]
     done: Dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:

@@ -116,6 +116,20 @@ def clean_env(**extra):
     return env
 
 
+#: Families of variables that change what torch, the collectives or the device runtimes do.
+_MACHINE_SETTINGS = ("NCCL_", "TORCH_NCCL_", "CUDA_", "GLOO_", "HCCL_", "TORCH_HCCL_", "TCCL_", "ECCL_",
+                     "TORCH_ECCL_", "ASCEND_", "SDAA_", "TOPS_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                     "LOCAL_WORLD_SIZE", "MASTER_")
+
+
+def hermetic_env(**extra):
+    """clean_env() without any NCCL_*/TORCH_NCCL_*/CUDA_*/backend/vendor/launcher variable of the machine,
+    then `extra`: a child sees only what its test sets (CUDA_VISIBLE_DEVICES='' hides a real GPU)."""
+    env = {k: v for k, v in clean_env().items() if not k.startswith(_MACHINE_SETTINGS)}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
 def run(args, env=None, timeout=240, cwd=None, check=True):
     """Run a command, bounded by `timeout`; on failure (or hang) show its log.
 

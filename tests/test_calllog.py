@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -196,3 +197,112 @@ def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(i
                 ((r.name, r) for r in records) if name in originals}
     assert {n for n in originals if restored.get(n) is not originals[n]} == set()
     assert not hasattr(torch.nn.SyncBatchNorm.__init__, "__wrapped__")  # the watch on SyncBatchNorm is gone too
+
+
+def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summary(tmp_path):
+    """Under mp.spawn the parent and both workers used to write transfer-log-rank0.jsonl, rank 0 in
+    every record, and three summaries printed. Each worker logs under the rank init_process_group
+    gave it (its record from before init_process_group included), the parent, which has no rank, in
+    transfer-log-main.jsonl, and the job prints one summary."""
+    from conftest import free_port, hermetic_env
+
+    env = hermetic_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
+                       TRANSFER_CPU_DEVICES="2")
+    if not INSTALLED:
+        env["PYTHONPATH"] = ROOT
+    script = os.path.join(SCRIPTS, "spawn_logged.py")
+    proc = subprocess.run([sys.executable, script, str(free_port())], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(re.findall(r"rank (\d): ([\d.]+)", proc.stdout)) == [("0", "2.0"), ("1", "2.0")], proc.stdout
+    assert sorted(os.listdir(tmp_path / "log")) == ["transfer-log-main.jsonl", "transfer-log-rank0.jsonl",
+                                                    "transfer-log-rank1.jsonl"]
+    pids = set()
+    for rank in (0, 1):
+        records = _records(tmp_path / "log" / f"transfer-log-rank{rank}.jsonl")
+        assert {r["rank"] for r in records} == {rank}, records
+        by_call = {r["call"].split("(", 1)[0]: r for r in records}
+        assert {"torch.cuda.is_available", "torch.distributed.init_process_group", "torch.cuda.set_device",
+                "Tensor.cuda"} <= set(by_call), records
+        assert by_call["torch.cuda.set_device"]["call"] == f"torch.cuda.set_device({rank})"
+        pids |= {r["pid"] for r in records}
+    main = _records(tmp_path / "log" / "transfer-log-main.jsonl")
+    assert [(r["call"], r["rank"]) for r in main] == [("torch.cuda.device_count()", None)], main
+    assert len(pids | {r["pid"] for r in main}) == 3  # three processes, one file each
+    assert proc.stderr.count("CUDA-facing call site(s) logged") == 1, proc.stderr
+
+
+# ---------------------------------------------------------------- issue 19: the rehearsal (--plan)
+
+PLAN_JOB = r"""
+import torch
+import torch.nn as nn
+model = nn.Linear(4, 2).cuda()
+x = torch.randn(8, 4, device="cuda")
+y = x.to("cuda:0")
+print("allocated", torch.cuda.memory_allocated())
+"""
+
+
+def _plan_records(directory):
+    records = []
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as fh:
+            records += [json.loads(line) for line in fh]
+    return {r["call"].split("(")[0]: r for r in records}
+
+
+def test_plan_on_the_cpu_target_classifies_for_the_planned_target(tmp_path):
+    """transfer-run --plan npu on the cpu target: the job runs (translated to the CPU) and the log says what npu
+    will do: memory_allocated is a placeholder on cpu but translated on npu, 'cuda:0' becomes npu:0."""
+    script = tmp_path / "job.py"
+    script.write_text(PLAN_JOB)
+    env = clean_env(PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    runner = [sys.executable, "-c", "import sys; from transfer.runner import main; sys.exit(main())"]
+    proc = subprocess.run(runner + ["--device", "cpu", "--plan", "npu", "--log", str(tmp_path / "log"),
+                                    sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "allocated 0" in proc.stdout, proc.stderr
+    records = _plan_records(tmp_path / "log")
+    assert {r["plan"] for r in records.values()} == {"npu"}
+    assert records["torch.cuda.memory_allocated"]["class"] == "translated"  # npu's answer, not cpu's placeholder
+    assert records["torch.cuda.memory_allocated"]["became"] == "torch.npu.memory_allocated"
+    assert records["Tensor.to"]["became"] == "'cuda:0' -> npu:0" and records["Tensor.to"]["reason"]
+    assert records["Tensor.cuda"]["became"] == "Tensor.to(npu)"
+    for bad, why in ((["--plan", "npu"], "add --log DIR"), (["--plan", "tpu", "--log", "x"], "not a target")):
+        refused = subprocess.run(runner + ["--device", "cpu", *bad, sys.executable, str(script)], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and why in refused.stderr, refused.stderr
+
+
+PLAN_NATIVE = r"""
+import os, sys, torch, transfer, transfer.selection as selection
+selection.select = lambda wanted, prepare=None: (None, selection.NATIVE_CUDA)  # as on a machine with real CUDA
+info = transfer.install("auto")
+assert not info["active"] and info["plan"] == "npu", info
+available = torch.cuda.is_available()  # nothing translated: this machine's own answer
+for attempt in (lambda: torch.ones(1, device="cuda:1"), lambda: torch.zeros(1).cuda(1),
+                lambda: torch.distributed.init_process_group("nccl", rank=0, world_size=1, init_method="tcp://127.0.0.1:1")):
+    try:
+        attempt()
+    except Exception as exc:  # no CUDA, no NCCL here: the native job fails as it would
+        pass
+before = torch.Tensor.cuda
+transfer.uninstall()
+print(available, before is not torch.Tensor.cuda, len(info["call_sites"]))
+"""
+
+
+def test_plan_on_real_cuda_observes_without_changing_anything(tmp_path):
+    """Where auto installs nothing (real CUDA), TRANSFER_PLAN + TRANSFER_LOG put logging layers over the CUDA
+    entry points: the job runs natively, each site is recorded with the plan's answer, uninstall takes them off.
+    (No GPU here: selection is told it found one; the calls then fail natively, after being logged.)"""
+    env = clean_env(TRANSFER_PLAN="npu", TRANSFER_LOG=str(tmp_path / "log"))
+    proc = subprocess.run([sys.executable, "-c", PLAN_NATIVE], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    available, layered, sites = proc.stdout.split()
+    assert available == "False" and layered == "True" and int(sites) >= 4
+    records = _plan_records(tmp_path / "log")
+    assert records["torch.ones"]["became"] == "'cuda:1' -> npu:1" and records["torch.ones"]["plan"] == "npu"
+    assert records["Tensor.cuda"]["became"] == "Tensor.to(npu:1)"
+    assert records["torch.distributed.init_process_group"]["became"] == "backend 'nccl' -> 'hccl'"
+    assert records["torch.cuda.is_available"]["class"] == "translated"

@@ -23,7 +23,7 @@ def test_tensor_calls_land_on_cpu(cpu_target):
     assert x.to("cuda", non_blocking=True) is x
     assert x.to(torch.device("cuda", 0)).device.type == "cpu"
     assert x.to("cuda:0", torch.float64).dtype == torch.float64
-    assert x.to(device="CUDA:0", dtype=torch.float16).dtype == torch.float16
+    assert x.to(device="cuda:0", dtype=torch.float16).dtype == torch.float16
     assert x.to(0).device.type == "cpu"
     assert x.to(torch.float16).dtype == torch.float16
     assert x.new_zeros(2, device="cuda").device.type == "cpu"

@@ -13,13 +13,14 @@ def npu_target():
 def test_parse_accepts_only_real_cuda_devices():
     assert parse_cuda("cuda") == (None,)
     assert parse_cuda("cuda:3") == (3,)
-    assert parse_cuda("CUDA:0") == (0,)
-    assert parse_cuda(" Cuda:1 ") == (1,)
+    assert parse_cuda("cuda:256") == (0,)  # c10 stores the index in an int8, as torch.device('cuda:256') shows
     assert parse_cuda(torch.device("cuda", 2)) == (2,)
     assert parse_cuda(torch.device("cuda")) == (None,)
     assert parse_cuda(1) == (1,)
     assert parse_cuda(-1) == (-1,)  # an ordinal CUDA rejects: Target.device raises for it
+    # torch rejects the spellings in the second row (torch.device raises): no CUDA device either
     for other in ("cpu", "npu:0", "cuda:nccl", "cuda_model.pt", "/ckpt/cuda/x.pt", "cudax", "cuda:", "cuda:-1",
+                  "CUDA:0", " Cuda:1 ", "cuda:01", "cuda:\u00b2", " cuda", "cuda ",
                   True, 1.0, None, torch.device("cpu"), {"cuda": 1}):
         assert parse_cuda(other) is None, other
 
@@ -28,7 +29,8 @@ def test_vendor_translation_keeps_index_and_identity_of_others():
     t = npu_target()
     assert t.translate("cuda") == torch.device("privateuseone")
     assert t.translate("cuda:3") == torch.device("privateuseone", 3)
-    assert t.translate("CUDA:0") == torch.device("privateuseone", 0)
+    malformed = "CUDA:0"
+    assert t.translate(malformed) is malformed  # handed to torch unchanged: torch raises its own error
     assert t.translate(torch.device("cuda", 1)) == torch.device("privateuseone", 1)
     assert t.translate(2) == torch.device("privateuseone", 2)
     path = "/ckpt/cuda_model.pt"

@@ -16,6 +16,7 @@ import torch
 from conftest import EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, free_port
 
 FIXTURES = os.path.join(ROOT, "tests", "migrate_fixtures")
+PUBLIC = os.path.join(FIXTURES, "public_style")  # written the way public repositories write these idioms
 
 
 def cli(*args, cwd=None, check=True):
@@ -88,8 +89,9 @@ def test_scan_cli_strict_exit_code_and_csv_columns():
 
 def test_scan_never_imports_torch_or_the_patches():
     code = ("import sys; from transfer import cli; cli.main(['scan', %r, '--format', 'json']); "
+            "cli.main(['port', %r, '--device', 'npu', '--diff']); "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'transfer.patches', 'libcst'))]; "
-            "assert not bad, bad" % FIXTURES)
+            "assert not bad, bad" % (FIXTURES, PUBLIC))
     env = clean_env(TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     if not INSTALLED:
         env["PYTHONPATH"] = ROOT
@@ -113,14 +115,16 @@ def test_port_safe_unsafe_idempotent_and_comments_kept():
            "    torch.cuda.synchronize()\nd = 'cuda'\ny = x.cuda(rank)\n")
     safe = port_source(src, "sdaa")
     assert safe.text == ("import torch\nimport torch_sdaa  # registers torch.sdaa\n\n# keep me\n"
-                         "x = torch.zeros(2).to(\"sdaa\")  # and me\nif x.device.type == 'cuda':\n"
-                         "    torch.sdaa.synchronize()\nd = 'cuda'\ny = x.cuda(rank)\n")
-    assert safe.unsafe_skipped == 3
+                         "x = torch.zeros(2).sdaa()  # and me\nif x.device.type == 'cuda':\n"
+                         "    torch.sdaa.synchronize()\nd = 'cuda'\ny = x.sdaa(rank)\n")
+    assert safe.unsafe_skipped == 2  # d = 'cuda' reaches no device argument; the comparison
     unsafe = port_source(src, "sdaa", unsafe=True)
     assert "if x.device.type in ('cuda', \"sdaa\"):" in unsafe.text
-    assert "d = 'sdaa'" in unsafe.text and 'y = x.to(f"sdaa:{rank}")' in unsafe.text
-    assert port_source("m.cuda(self.device)\nm.cuda(args.gpu)\n", "gcu", unsafe=True).text == \
-        'import torch_gcu  # registers torch.gcu\nm.to(self.device)\nm.to(f"gcu:{args.gpu}")\n'  # an index gets a type
+    assert "d = 'sdaa'" in unsafe.text and "y = x.sdaa(rank)" in unsafe.text
+    # an index keeps .cuda()'s meaning through the vendor's method; a device goes through .to (torch_npu's
+    # Module.npu takes an index only)
+    assert port_source("m.cuda(self.device)\nm.cuda(args.gpu)\n", "gcu").text == \
+        'import torch_gcu  # registers torch.gcu\nm.to(self.device)\nm.gcu(args.gpu)\n'
     for first, flag in ((safe, False), (unsafe, True)):
         again = port_source(first.text, "sdaa", unsafe=flag)
         assert again.text == first.text and not [c for c in again.changes if c.operation != "UNSUPPORTED"]
@@ -175,6 +179,13 @@ NATIVE_CASES = {
                               ["--work-dir", "{work}"], RANKS + r"|Iter \[\d+/\d+\] loss: [0-9.]+\d"),
     "seed003_mnist_ddp": ("sdaa", os.path.join(SCRIPTS, "seed003_mnist_ddp.py"), [], "torchrun",
                           ["--log-dir", "{work}"], RANKS + r"|\[epoch \d+\] loss: [0-9.]+ accuracy: [0-9.]+\d"),
+    # issue 19: .cuda(args.gpu) and a --dist-backend default, safely (no --unsafe)
+    "ddp_gpu_arg": ("npu", os.path.join(PUBLIC, "ddp_gpu_arg.py"), [], "torchrun", [],
+                    RANKS + r"|epoch \d+: mean loss [0-9.]+\d"),
+    # the device chosen once (torch.device(... if is_available() else ...), a --device default, parameter
+    # defaults, comparisons with it), safely
+    "device_idioms": ("gcu", os.path.join(PUBLIC, "device_idioms.py"), [], "python", ["--steps", "30"],
+                      r"step \d+: loss [0-9.]+\d|eval loss [0-9.]+\d|parameters on \w+|using device: \w+"),
 }
 
 
@@ -293,3 +304,241 @@ def test_port_main_must_be_ported_and_not_with_diff(tmp_path):
     unparsable = cli("port", broken, "--device", "npu", "--main", broken, "--out", str(tmp_path / "b"), check=False)
     assert unparsable.returncode == 1 and "no launch script, the entry script could not be parsed" in unparsable.stderr
     assert not (tmp_path / "b" / "run_distributed_npu.sh").exists()
+
+
+# ---------------------------------------------------------------- issue 19: complete safe ports
+
+def _ported(src, profile="npu"):
+    from transfer.migrate.port import port_source
+
+    text = port_source(src, profile).text
+    header = f"import torch_{profile}  # registers torch.{profile}\n"
+    return text.replace(header, "", 1)
+
+
+FLOW_PATTERNS = {  # CUDA source -> its safe port (the vendor import line aside)
+    "local variable": ("import torch\ndef f(x):\n    dev = 'cuda:0'\n    return x.to(dev)\n",
+                       "import torch\ndef f(x):\n    dev = 'npu:0'\n    return x.to(dev)\n"),
+    "module variable read in a function": (
+        "import torch\ndevice = 'cuda'\ndef f(x):\n    return x.to(device)\n",
+        "import torch\ndevice = 'npu'\ndef f(x):\n    return x.to(device)\n"),
+    "default argument": ("import torch\ndef f(x, device='cuda'):\n    return x.to(device)\n",
+                         "import torch\ndef f(x, device='npu'):\n    return x.to(device)\n"),
+    "passed to a parameter of this file": (
+        "import torch\ndef f(x, device='cuda'):\n    return x.to(device)\ndevice = 'cuda:1'\nf(torch.ones(1), device)\n",
+        "import torch\ndef f(x, device='npu'):\n    return x.to(device)\ndevice = 'npu:1'\nf(torch.ones(1), device)\n"),
+    "--device option": (
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='cuda')\n"
+        "args = p.parse_args()\nx = torch.ones(1).to(args.device)\n",
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='npu')\n"
+        "args = p.parse_args()\nx = torch.ones(1).to(args.device)\n"),
+    "f-string and torch.device with an index": (
+        "import torch\nrank = 1\nd = f'cuda:{rank}'\ne = torch.device('cuda', rank)\ntorch.ones(1, device=d).to(e)\n",
+        "import torch\nrank = 1\nd = f'npu:{rank}'\ne = torch.device('npu', rank)\ntorch.ones(1, device=d).to(e)\n"),
+    "comparisons of a ported variable follow it": (
+        "import torch\ndevice = 'cuda'\nif device == 'cuda':\n    x = torch.ones(1).to(device)\n"
+        "fast = 'cuda' in device\n",
+        "import torch\ndevice = 'npu'\nif device == 'npu':\n    x = torch.ones(1).to(device)\n"
+        "fast = 'npu' in device\n"),
+    "backend variable": ("import torch.distributed as dist\nbackend = 'nccl'\ndist.init_process_group(backend=backend)\n",
+                         "import torch.distributed as dist\nbackend = 'hccl'\ndist.init_process_group(backend=backend)\n"),
+    ".cuda(index) and .cuda(device)": (
+        "import torch\nm = torch.nn.Linear(1, 1).cuda(local_rank)\nw = m.weight.cuda(m.bias.device)\n",
+        "import torch\nm = torch.nn.Linear(1, 1).npu(local_rank)\nw = m.weight.to(m.bias.device)\n"),
+    ".cuda(a device string variable) goes through .to (Module.npu takes an index only)": (
+        "import torch\ndev = 'cuda:0'\nm = torch.nn.Linear(1, 1).cuda(dev)\n",
+        "import torch\ndev = 'npu:0'\nm = torch.nn.Linear(1, 1).to(dev)\n"),
+    "--device option reassigned from its own values": (
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='cuda')\n"
+        "args = p.parse_args()\nif not torch.cuda.is_available():\n    args.device = 'cpu'\nx = torch.ones(1).to(args.device)\n",
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='npu')\n"
+        "args = p.parse_args()\nif not torch.npu.is_available():\n    args.device = 'cpu'\nx = torch.ones(1).to(args.device)\n"),
+    "aliases of torch.cuda": (
+        "import torch\nimport torch.cuda as tc\nfrom torch.cuda.amp import autocast, GradScaler\ntc.synchronize()\n"
+        "with autocast(enabled=True):\n    pass\ns = GradScaler()\n",
+        "import torch\nimport torch.npu as tc\nfrom torch.amp import autocast, GradScaler\ntc.synchronize()\n"
+        "with autocast(\"npu\", enabled=True):\n    pass\ns = GradScaler(\"npu\")\n"),
+}
+
+LOOK_ALIKES = {  # left exactly as they are
+    "paths": "import torch\nm = torch.load('/ckpt/cuda_model.pt')\nckpt_dir = 'runs/cuda'\n",
+    "log messages": "import logging\nlogging.info('moving the model to cuda')\nprint('cuda:0 is busy')\n",
+    "a parameter compared, value unknown": "def opt(params, device_type):\n    return device_type == 'cuda'\n",
+    "a device object's type": "def f(x):\n    return x.device.type == 'cuda'\n",
+    "a variable passed to code not in view": "import torch\ndevice = 'cuda'\nmodel = torch.nn.Linear(1, 1).to(device)\n"
+                                             "helper(device)\n",
+    "a variable stored on an object": "class T:\n    def __init__(self, device='cuda'):\n        self.device = device\n",
+    "a loop variable": "import torch\nfor device in ['cuda', 'cpu']:\n    torch.ones(1).to(device)\n",
+    "a variable that reaches no device argument": "name = 'cuda'\nprint(name)\n",
+}
+
+
+@pytest.mark.parametrize("pattern", list(FLOW_PATTERNS))
+def test_port_device_strings_through_variables_and_defaults(pattern):
+    src, expected = FLOW_PATTERNS[pattern]
+    assert _ported(src) == expected
+
+
+@pytest.mark.parametrize("case", list(LOOK_ALIKES))
+def test_port_leaves_look_alikes_alone(case):
+    from transfer.migrate.port import port_source
+
+    src = LOOK_ALIKES[case]
+    ported = port_source(src, "npu")
+    kept = [line for line in ported.text.splitlines() if not line.startswith("import torch_npu")]
+    assert kept == src.splitlines()
+    again = port_source(ported.text, "npu")
+    assert again.text == ported.text  # and a second run finds the same things left
+    assert [c[1:] for c in again.changes if c.operation == "UNSUPPORTED"] == \
+        [c[1:] for c in ported.changes if c.operation == "UNSUPPORTED"]
+
+
+def _half_ported(text, dev):
+    from transfer.migrate.port import half_ported
+
+    return half_ported(text, dev)
+
+
+CONSISTENCY = {  # the idioms issue 19 found half-ported: both sides or neither
+    "device = torch.device(... if is_available() else 'cpu')": (
+        "import torch\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
+        "import torch\ndevice = torch.device('npu' if torch.npu.is_available() else 'cpu')\n"),
+    "--device default, read as a device": (
+        "import argparse, torch\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "args = p.parse_args()\nx = torch.ones(1).to(args.device)\n",
+        "import argparse, torch\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--device', default='npu' if torch.npu.is_available() else 'cpu')\n"
+        "args = p.parse_args()\nx = torch.ones(1).to(args.device)\n"),
+    "--device default, the namespace passed on: neither side": (
+        "import argparse, torch\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "args = p.parse_args()\nmain(args)\n", None),
+    "is_available() and get_device_capability() >= (8, 0): neither on npu": (
+        "import torch\nuse_bf16 = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)\n",
+        None),
+    "not is_available() and device == 'cuda', device ported": (
+        "import torch\ndevice = 'cuda'\nif not torch.cuda.is_available() and device == 'cuda':\n    device = 'cpu'\n"
+        "x = torch.ones(1).to(device)\n",
+        "import torch\ndevice = 'npu'\nif not torch.npu.is_available() and device == 'npu':\n    device = 'cpu'\n"
+        "x = torch.ones(1).to(device)\n"),
+    "not is_available() and device == 'cuda', device unknown: neither": (
+        "import torch\ndef pick(device):\n    if not torch.cuda.is_available() and device == 'cuda':\n"
+        "        return 'cpu'\n    return device\n", None),
+}
+
+
+@pytest.mark.parametrize("idiom", list(CONSISTENCY))
+def test_port_rewrites_both_sides_of_a_test_or_neither(idiom):
+    from transfer.migrate.port import port_source
+
+    src, expected = CONSISTENCY[idiom]
+    ported = port_source(src, "npu")
+    text = ported.text.replace("import torch_npu  # registers torch.npu\n", "", 1)
+    assert text == (src if expected is None else expected)
+    assert _half_ported(ported.text, "npu") == []
+    if expected is None:  # what was kept is named, with why
+        left = [c for c in ported.changes if c.operation == "UNSUPPORTED"]
+        assert left and all(c.message for c in left)
+
+
+def test_ported_fixtures_and_examples_are_never_half_ported():
+    from transfer.migrate.port import port_source
+
+    sources = [os.path.join(d, n) for d in (PUBLIC, EXAMPLES, SCRIPTS) for n in sorted(os.listdir(d))
+               if n.endswith(".py")]
+    for path in sources:
+        for profile in ("npu", "sdaa", "gcu"):
+            text = open(path, encoding="utf-8").read()
+            assert _half_ported(port_source(text, profile, path).text, profile) == [], (path, profile)
+
+
+BLOCKERS = {  # (file under PUBLIC, API) scan and port must both name
+    ("setup.py", "torch.utils.cpp_extension.CUDAExtension"), ("jit_ops.py", "torch.utils.cpp_extension.load"),
+    ("fused_ops_kernel.cu", "CUDA source file"), ("jit_ops.py", "triton"), ("jit_ops.py", "triton.jit"),
+    ("fast_attention.py", "apex"), ("fast_attention.py", "flash_attn.flash_attn_func"), ("fast_attention.py", "bitsandbytes"),
+    ("fast_attention.py", "pynvml"),
+}
+
+
+def test_blockers_are_named_by_scan_and_in_unsupported_api_csv(tmp_path):
+    as_json = json.loads(cli("scan", PUBLIC, "--device", "npu", "--format", "json").stdout)
+    found = {(os.path.basename(f["file"]), f["api"]) for f in as_json["findings"]}
+    assert BLOCKERS <= found, BLOCKERS - found
+    for f in as_json["findings"]:
+        if (os.path.basename(f["file"]), f["api"]) in BLOCKERS - {("fast_attention.py", "flash_attn.flash_attn_func")}:
+            assert f["status"]["npu"]["cls"] == "unsupported" and f["status"]["npu"]["reason"], f
+    triton = next(f for f in as_json["findings"] if f["api"] == "triton.jit")
+    assert "Triton-Ascend" in triton["status"]["npu"]["reason"]  # what the vendor offers
+    text = cli("scan", PUBLIC, "--device", "sdaa").stdout
+    assert "fused_ops_kernel.cu:1:1: CUDA source file: unsupported" in text
+    rows = list(csv.reader(io.StringIO(cli("scan", PUBLIC, "--device", "gcu", "--format", "csv").stdout)))
+    assert {(os.path.basename(r[0]), r[3]) for r in rows[1:]} >= BLOCKERS
+    assert cli("scan", PUBLIC, "--strict", "--device", "npu").returncode == 1
+    cli("port", PUBLIC, "--device", "npu", "--out", str(tmp_path / "out"))
+    with open(tmp_path / "out" / "unsupported_api.csv") as fh:
+        left = {(os.path.basename(r[0]), r[3]) for r in list(csv.reader(fh))[1:]}
+    assert BLOCKERS <= left, BLOCKERS - left
+    assert (tmp_path / "out" / "csrc" / "fused_ops_kernel.cu").exists()  # copied as it is
+
+
+def test_second_port_run_leaves_what_the_first_said_and_scan_agrees(tmp_path):
+    first = cli("port", PUBLIC, EXAMPLES, "--device", "sdaa", "--out", str(tmp_path / "a"), "--jobs", "2")
+    left = re.search(r"(\d+) left for a person", first.stderr).group(1)
+    again = cli("port", str(tmp_path / "a"), "--device", "sdaa", "--out", str(tmp_path / "b"))
+    assert re.search(r"Transformed 0 / Skipped \d+ / Failed 0 file\(s\); 0 change\(s\), (\d+) left", again.stderr) \
+        .group(1) == left, (first.stderr, again.stderr)
+    # what scan calls translated to torch.sdaa.X is what port rewrote: none of it is found again
+    before = json.loads(cli("scan", PUBLIC, EXAMPLES, "--device", "sdaa", "--format", "json").stdout)["findings"]
+    after = json.loads(cli("scan", str(tmp_path / "a"), "--device", "sdaa", "--format", "json").stdout)["findings"]
+    translated = [f for f in before if f["status"]["sdaa"]["to"].startswith("torch.sdaa.")]
+    assert translated and not [f for f in after if f["status"]["sdaa"]["to"].startswith("torch.sdaa.")]
+
+
+def test_progress_shows_only_on_a_terminal(monkeypatch):
+    from transfer.migrate import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(progress, "_DELAY", 0.0)
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # tqdm absent: the plain line
+    tty = Terminal()
+    with progress.Bar(3, "transfer port", stream=tty) as bar:
+        for _ in range(3):
+            bar.update()
+    assert "transfer port: 3/3 files" in tty.getvalue()
+    piped = io.StringIO()
+    with progress.Bar(3, "transfer port", stream=piped) as bar:
+        bar.update(3)
+    assert piped.getvalue() == ""
+    assert list(progress.pool_map(abs, list(range(-40, 0)), jobs=2)) == list(range(40, 0, -1))
+
+
+def test_files_without_a_trigger_word_have_no_findings():
+    """scan and port skip the tree walk of files that spell none of names.TRIGGERS (a syntax check only):
+    every finding anywhere in the fixtures, examples and scripts is in a file that spells one, and every
+    name the resolver reports spells one itself."""
+    from transfer.migrate import names, scan
+
+    for folder in (FIXTURES, PUBLIC, EXAMPLES, SCRIPTS, os.path.join(ROOT, "tests", "frameworks")):
+        for root, _, files in os.walk(folder):
+            for name in files:
+                if name.endswith(".py") and "broken" not in name:
+                    path = os.path.join(root, name)
+                    try:
+                        text = open(path, encoding="utf-8").read()
+                    except UnicodeDecodeError:
+                        continue
+                    found = scan.scan_tree(scan.parse(text, path), text, path)
+                    assert not found or names.might_have_findings(text), (path, found[:3])
+    from transfer import support
+
+    for api in list(names.NAMED) + list(names.SYNONYMS):  # a component every use or import of it spells
+        assert set(api.lower().split(".")[1:]) & set(names.TRIGGERS), api
+    for api in [row[0] for row in support.THIRDPARTY_APIS]:  # its package, which every import of it spells
+        assert api.lower().split(".")[0] in names.TRIGGERS, api
+    with pytest.raises(SyntaxError):
+        scan.scan_source("def f(:\n    pass\n")
+    assert scan.scan_source("return 1\n") == []  # compile() refuses it, ast does not: no false failure

@@ -40,8 +40,6 @@ class Port:
             return index, (index if self.device_type != "cpu" else "cpu")
         target = self.device_type if self.device_type == "cpu" or index is None else f"{self.device_type}:{index}"
         cuda = "cuda" if index is None else f"cuda:{index}"
-        if kind == "upper":
-            return cuda.upper(), target
         if kind == "torch.device":
             return torch.device(cuda), torch.device(target)
         return cuda, target
@@ -50,13 +48,20 @@ class Port:
         return index is None or 0 <= index < self.count
 
 
+#: CUDA spellings torch.device rejects (FACTS: 'CUDA:0', ' cuda', 'cuda:01', 'cuda:²' raise on a real GPU).
+MALFORMED = ["CUDA:0", "Cuda", " cuda", "cuda ", "cuda:01", "cuda:\u00b2", "cuda:+1", "cuda:"]
+
+
 @st.composite
 def devices(draw, port):
     """(cuda, port, valid): a CUDA device argument, its hand port, and whether CUDA accepts it."""
-    kind = draw(st.sampled_from(["str", "upper", "torch.device", "int", "other"]))
+    kind = draw(st.sampled_from(["str", "malformed", "torch.device", "int", "other"]))
     if kind == "other":  # not a CUDA device: passed through untouched
         other = draw(st.sampled_from(["cpu", torch.device("cpu"), "meta"]))
         return other, other, True
+    if kind == "malformed":  # torch rejects it (torch.device raises): the hand port is the same call, which raises
+        spelled = draw(st.sampled_from(MALFORMED))
+        return spelled, spelled, True
     index = draw(st.integers(-2, port.count + 1) if kind == "int" else
                  st.one_of(st.none(), st.integers(0, port.count + 1)))
     if kind == "int" and index is None:

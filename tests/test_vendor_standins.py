@@ -404,3 +404,34 @@ def test_stand_in_on_a_torch_without_privateuse1_is_a_clear_import_error():
     code = "try:\n    import torch_sdaa\nexcept ImportError as exc:\n    print('IMPORT_ERROR', exc)\n"
     proc = run([sys.executable, "-c", code], what="import a stand-in without PrivateUse1")
     assert "IMPORT_ERROR cannot import torch_sdaa" in proc.stdout and "torch >= 2.1" in proc.stdout, log_of(proc)
+
+
+_VENDOR_METHODS = r"""
+import sys, torch, importlib
+vendor = sys.argv[1]
+importlib.import_module("torch_" + vendor)
+m, x = torch.nn.Linear(2, 2), torch.zeros(2)
+out = {"tensor": [str(getattr(x, vendor)(a).device) for a in (1, f"{vendor}:1", torch.device(vendor, 1))],
+       "module_index": str(getattr(m, vendor)(1).weight.device), "module_none": str(getattr(m, vendor)().weight.device)}
+for name, arg in (("module_device", torch.device(vendor, 1)), ("module_string", f"{vendor}:1")):
+    try:
+        out[name] = str(getattr(m, vendor)(arg).weight.device)
+    except TypeError as exc:
+        out[name] = "TypeError"
+print(out)
+"""
+
+
+@needs_standins
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_vendor_methods_have_cuda_signatures(extension, vendor):
+    """`transfer port` rewrites x.cuda(i) to x.<dev>(i): Tensor.<dev> (torch's generated method) takes an index,
+    a string or a device, like Tensor.cuda; torch_npu 2.13 replaces Module.npu with one that takes an index only
+    (torch_npu/utils/_module.py: torch.device("npu", device)), so the npu stand-in does too."""
+    proc = run([sys.executable, "-c", _VENDOR_METHODS, vendor], env=child_env(SIM_ACCEL_DEVICE_COUNT=2))
+    out = eval(proc.stdout.strip().splitlines()[-1])
+    assert out["tensor"] == [f"{vendor}:1"] * 3 and out["module_index"] == f"{vendor}:1"
+    assert out["module_none"] == f"{vendor}:0"
+    strict = vendor == "npu"
+    for name in ("module_device", "module_string"):
+        assert out[name] == ("TypeError" if strict else f"{vendor}:1"), (name, out)

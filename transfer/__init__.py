@@ -28,6 +28,8 @@ logger = logging.getLogger("transfer")
 _lock = threading.RLock()
 _active: Optional[Any] = None  # the PatchContext of the installed target
 _outcome: Dict[str, Any] = {"active": False, "reason": "not installed"}
+_exported: Optional[tuple] = None  # (name exported as TRANSFER_DEVICE, the value it replaced or None)
+_plan: Optional[Any] = None  # the rehearsal's context on real CUDA (transfer/plan.py): logging layers only
 
 
 def __getattr__(name: str) -> Any:
@@ -64,7 +66,7 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     a misspelled TRANSFER_DISABLE name raises with the valid names, torch left
     as it was. Returns `status()`.
     """
-    global _active, _outcome
+    global _active, _outcome, _plan
     import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
 
     from . import selection
@@ -82,21 +84,59 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
                     f"call transfer.uninstall() before installing '{wanted}'"
                 )
             return status()
-        from .patches.environment import set_visible_devices
+        from .patches.environment import before_vendor_import
         from .registry import Registry, revert_left_behind
 
         revert_left_behind()  # an earlier install's replacements that another patch's undo put back
         registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
-        profile, why = selection.select(wanted, prepare=lambda p: set_visible_devices(registry, p))
+        profile, why = selection.select(wanted, prepare=lambda p: before_vendor_import(registry, p))
         if profile is None:
             _outcome = {"active": False, "reason": why}
             if why == selection.NATIVE_CUDA:
-                _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
+                if os.environ.get("TRANSFER_PLAN", "").strip() and os.environ.get("TRANSFER_LOG", "").strip():
+                    from .plan import observe  # the rehearsal (transfer-run --plan): log for the plan, change nothing
+
+                    if _plan is None:
+                        _plan = observe(os.environ["TRANSFER_LOG"].strip())
+                    _outcome["plan"] = _plan.profile.name
+                    _outcome["call_sites"] = _plan.log.records
+                else:
+                    _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
             return status()
         _active = _apply(profile, registry, strict)
         _outcome = {"active": True, "reason": why}
+        _export_choice(profile.name)
         _banner(_active)
         return status()
+
+
+def _export_choice(name: str) -> None:
+    """Make the processes this one starts (mp.spawn workers, subprocesses) choose `name` too.
+
+    The environment way in reaches every child through TRANSFER_DEVICE (transfer.pth, the
+    torch.backends entry point, transfer-run's bootstrap); a choice made in code is exported the
+    same way, so a worker whose entry module never calls install() is translated as its parent.
+    `uninstall` puts the previous value back.
+    """
+    global _exported
+    previous = os.environ.get("TRANSFER_DEVICE")
+    if previous is not None and previous.strip().lower() == name:
+        return
+    os.environ["TRANSFER_DEVICE"] = name
+    _exported = (name, previous)
+
+
+def _unexport_choice() -> None:
+    global _exported
+    if _exported is None:
+        return
+    (name, previous), _exported = _exported, None
+    if os.environ.get("TRANSFER_DEVICE") != name:
+        return  # changed since by someone else: theirs now
+    if previous is None:
+        del os.environ["TRANSFER_DEVICE"]
+    else:
+        os.environ["TRANSFER_DEVICE"] = previous
 
 
 def _apply(profile, registry, strict):
@@ -107,6 +147,10 @@ def _apply(profile, registry, strict):
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
     from .thirdparty import apply as provide_packages
 
+    if profile.is_cpu:
+        from .patches.amp import cpu_amp_dtype
+
+        cpu_amp_dtype()  # a bad TRANSFER_CPU_AMP_DTYPE raises here, before anything is patched
     runtime = cpu_runtime if profile.is_cpu else getattr(torch, profile.device_type)
     ctx = PatchContext(
         profile=profile,
@@ -158,13 +202,17 @@ def uninstall() -> None:
     """Undo every patch: each attribute that still holds transfer's replacement gets
     back the identical original object. One patched again by someone else after
     transfer is left as it is, with a WARNING naming it (registry.py)."""
-    global _active, _outcome
+    global _active, _outcome, _plan
     with _lock:
+        if _plan is not None:
+            _plan, plan = None, _plan
+            plan.registry.revert_all()
         if _active is not None:
             ctx, _active = _active, None
             try:
                 ctx.registry.revert_all()
             finally:
+                _unexport_choice()
                 _forget_compiled_code()
         else:
             import sys
@@ -193,6 +241,7 @@ def status() -> Dict[str, Any]:
             patches=ctx.registry.names(),
             disabled=sorted(ctx.registry.disabled),
             environment=dict(ctx.env_changes),
+            substitutions=dict(ctx.substitutions),
             translations=translations_table(ctx.target),
         )
         if getattr(ctx, "log", None) is not None:
@@ -211,6 +260,8 @@ def report() -> str:
     ]
     for name, value in info["environment"].items():
         lines.append(f"  env {name}={value}")
+    for what, instead in info["substitutions"].items():
+        lines.append(f"  {what} runs as {instead}")
     for row in info["translations"]:
         lines.append(f"  {row['api']}: {row['argument']} -> {row['to']}  (first at {row['first_site']})")
     for site in info.get("call_sites", ()):
@@ -250,8 +301,9 @@ def _say_once(message: str) -> None:
 
 def _banner(ctx) -> None:
     profile = ctx.profile
+    instead = "".join(f"; {what} runs as {how}" for what, how in ctx.substitutions.items())
     _say_once(
-        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}; "
+        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}{instead}; "
         f"transfer.report() lists what was translated"
     )
     path = os.environ.get("TRANSFER_REPORT")

@@ -7,9 +7,11 @@ and what it became. ``torch.cuda.<name>`` calls torch makes on itself
 (SyncBatchNorm's forward asking ``is_available()``, ``torch.manual_seed``
 seeding CUDA, torch 2.0's autocast) are not the user's code and differ between
 torch versions: they are left out, so one script logs the same sites on every
-torch. JSON lines in ``<dir>/transfer-log-rank<R>.jsonl``; rank 0
-prints a short summary at exit. The same records feed
-`transfer.status()['call_sites']` and `transfer.report()`.
+torch. JSON lines in ``<dir>/transfer-log-rank<R>.jsonl``, each process under
+its real rank (from RANK, or from init_process_group for mp.spawn workers; the
+main process of an mp.spawn job writes ``transfer-log-main.jsonl``: see
+`_Sink`); the process that started the job prints one summary at exit. The
+same records feed `transfer.status()['call_sites']` and `transfer.report()`.
 
 Free when off: `attach` runs only when TRANSFER_LOG is set, and it wraps the
 already installed replacements; with it unset nothing is wrapped (``Tensor.is_cuda``
@@ -56,8 +58,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from . import support
-from .devices import _PACKAGE_DIR, _TORCH_DIR, parse_cuda
+from . import frames, support
+from .devices import parse_cuda
 from .likeness import PathWrapper, alias_meta, present
 
 # Areas not listed decide nothing a user's CUDA call asks: environment (variables set once at
@@ -72,6 +74,8 @@ _LEFT = {
     "ddp.sync_batchnorm_check": "torch's own hook inside DDP construction, which is logged",
     "data_parallel.forward": "per step; DataParallel construction is logged with what it became",
     "sync_batchnorm.forward": "per step; SyncBatchNorm construction is logged",
+    "amp.autocast_state": "entering an autocast region, whose construction is logged",
+    "amp.autocast_state_exit": "leaving an autocast region, whose construction is logged",
 }
 _DEVICE_KEYS = ("device", "map_location", "device_type", "device_id", "pin_memory_device")
 
@@ -94,45 +98,203 @@ _ALWAYS_ROWS = ("torch.distributed.is_nccl_available", "torch.nn.SyncBatchNorm",
 
 
 class CallLog:
+    """The records of one install (status()['call_sites']); they go to this process's `_Sink`."""
+
     def __init__(self, directory: str, ctx):
         self.ctx = ctx
-        self.rank = os.environ.get("RANK", "0")
-        os.makedirs(directory, exist_ok=True)
-        self.path = os.path.join(directory, f"transfer-log-rank{self.rank}.jsonl")
+        # TRANSFER_PLAN=<profile> (transfer-run --plan): classes and "became" are the planned target's, from the
+        # support table, whatever runs the job now (real CUDA: transfer/plan.py; the cpu target; a vendor)
+        self.plan = planned_profile()
+        self.profile = self.plan or ctx.profile
+        self.target = ctx.target if self.plan in (None, ctx.profile) else _plan_target(self.plan)
+        self.sink = _Sink.of_process(directory)
         self.records: List[Dict[str, Any]] = []
         self._sites: set = set()  # (api, file, line): one record per site even for two code objects on a line
         self._lock = threading.Lock()
-        self._file = None  # opened on the first record, so a process logging nothing writes nothing
+
+    @property
+    def path(self) -> str:
+        return self.sink.path()
 
     def add(self, api: str, frame, args: Optional[tuple], kwargs: dict, cls: str, became: str) -> None:
         """Record `api` called at `frame` (args None: an attribute read, shown without parentheses)."""
         filename, line = frame.f_code.co_filename, frame.f_lineno
-        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rank": int(self.rank) if self.rank.isdigit() else self.rank,
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rank": None, "pid": os.getpid(),
                   "site": f"{filename}:{line}", "source": linecache.getline(filename, line).strip(),
                   "class": cls, "call": api if args is None else f"{api}({_args(args, kwargs)})", "became": became}
+        if self.plan is not None:  # the rehearsal's answer: what the planned target does, and why
+            record.update(plan=self.plan.name, reason=_support(self, api).reason)
         with self._lock:
             if (api, filename, line) in self._sites:
                 return
-            if self._file is None:
-                if _is_launcher():  # checked late: `python -m` names __main__ after torch's import
-                    return
-                self._file = open(self.path, "a", encoding="utf-8")
+            if _is_launcher():  # checked late: `python -m` names __main__ after torch's import
+                return
             self._sites.add((api, filename, line))
             self.records.append(record)
+            self.sink.write(record)
+
+    def close(self) -> None:
+        self.sink.flush()
+
+
+class _Sink:
+    """Where this process's records go: ``transfer-log-rank<R>.jsonl`` under its real rank.
+
+    The rank comes from RANK (torchrun and other launchers set it before the process starts), else
+    from init_process_group (mp.spawn workers learn it there; `adopt_rank`). Until then records go to
+    ``transfer-log-pid<PID>.jsonl``, whose lines are rewritten under the rank once it is known. A
+    process that ends without a rank is the job's main process when other processes of its job logged
+    under a rank (the parent of mp.spawn workers: ``transfer-log-main.jsonl``), else the job's only
+    process (rank 0). The job is named in the environment by its first logging process
+    (``_TRANSFER_LOG_JOB``), which every process it starts inherits; that first process prints the
+    job's one summary at exit, when its workers have finished. (A launcher that does not run transfer
+    leaves each rank first: there rank 0 prints its own summary.)
+    """
+
+    _current: Optional["_Sink"] = None
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        inherited = os.environ.get(_JOB_ENV)
+        self.first = inherited is None  # started the job's logging: prints its summary
+        self.job = inherited or f"{os.getpid()}-{time.time_ns() if hasattr(time, 'time_ns') else time.time()}"
+        os.environ[_JOB_ENV] = self.job
+        self.owner_pid = os.getpid()
+        rank = os.environ.get("RANK", "").strip()
+        self.rank_from_env = rank.isdigit()
+        self.rank: Optional[int] = int(rank) if self.rank_from_env else None
+        self.name: Optional[str] = None if self.rank is None else f"rank{self.rank}"
+        self.records: List[Dict[str, Any]] = []  # this process's records, every install
+        self._file = None  # opened on the first record, so a process logging nothing writes nothing
+        self._lock = threading.RLock()
+        atexit.register(self.at_exit)
+
+    @classmethod
+    def of_process(cls, directory: str) -> "_Sink":
+        sink = cls._current
+        if sink is None or sink.directory != directory or sink.owner_pid != os.getpid():  # a forked child: its own
+            sink = cls._current = cls(directory)
+        return sink
+
+    def path(self, name: Optional[str] = None) -> str:
+        name = name or self.name or f"pid{os.getpid()}"
+        return os.path.join(self.directory, f"transfer-log-{name}.jsonl")
+
+    def write(self, record: Dict[str, Any]) -> None:
+        with self._lock:
+            if self.rank is None:
+                self.adopt_rank()
+            record["rank"] = self.rank
+            record["job"] = self.job
+            self.records.append(record)
+            if self._file is None:
+                self._file = open(self.path(), "a", encoding="utf-8")
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
 
-    def close(self) -> None:
+    def flush(self) -> None:
         with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def adopt_rank(self, rank: Optional[int] = None) -> None:
+        """Take the rank of the default process group (or `rank`) if this process has none yet."""
+        with self._lock:
+            if self.rank is not None:
+                return
+            if rank is None:
+                dist = getattr(torch, "distributed", None)
+                if dist is None or not dist.is_available() or not dist.is_initialized():
+                    return
+                rank = dist.get_rank()
+            self._rename(f"rank{rank}", rank)
+
+    def _rename(self, name: str, rank: Optional[int]) -> None:
+        """Move the records written so far to `name`'s file, each with `rank`."""
+        provisional = self.path() if self._file is not None else None
+        self.rank, self.name = rank, name
+        for record in self.records:
+            record["rank"] = rank
+        if provisional is None:
+            return
+        self._file.close()
+        self._file = open(self.path(), "a", encoding="utf-8")
+        self._file.write("".join(json.dumps(r) + "\n" for r in self.records))
+        self._file.flush()
+        os.remove(provisional)
+
+    def at_exit(self) -> None:
+        with self._lock:
+            if self.rank is None and self.name is None:
+                self.adopt_rank()
+            if self.rank is None and self.name is None and self.first:
+                # The parent of ranked workers is the job's main process; alone, it is rank 0.
+                if self._job_files(others_only=True):
+                    self._rename("main", None)
+                else:
+                    self._rename("rank0", 0)
             if self._file is not None:
                 self._file.close()
                 self._file = None
+            files = {}
+            if self.first and not self.rank_from_env:  # the job's summary, once its workers have finished
+                files = self._job_files()
+            elif self.first and self.rank == 0:  # ranks started by a launcher without transfer: rank 0's own
+                files = {os.path.basename(self.path()): self.records} if self.records else {}
+            summary = self._summary(files)
+            if summary:
+                sys.stderr.write(summary + "\n")
 
-    def summary(self, records: Optional[List[Dict[str, Any]]] = None) -> str:
-        records = self.records if records is None else records
+    def _job_files(self, others_only: bool = False) -> Dict[str, List[Dict[str, Any]]]:
+        """This job's records in the directory, by file name (other jobs may share the directory)."""
+        found: Dict[str, List[Dict[str, Any]]] = {}
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:
+            return found
+        for name in names:
+            if not (name.startswith("transfer-log-") and name.endswith(".jsonl")):
+                continue
+            try:
+                with open(os.path.join(self.directory, name), encoding="utf-8") as fh:
+                    lines = fh.readlines()
+            except OSError:
+                continue
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("job") == self.job and not (others_only and record.get("pid") == os.getpid()):
+                    found.setdefault(name, []).append(record)
+        return found
+
+    def _summary(self, files: Dict[str, List[Dict[str, Any]]]) -> Optional[str]:
+        records = [r for rs in files.values() for r in rs]
+        if not records:
+            return None
         counts = Counter(r["class"] for r in records)
-        return (f"transfer: {len(records)} CUDA-facing call site(s) logged in {self.path} ("
+        where = (os.path.join(self.directory, next(iter(files))) if len(files) == 1 else
+                 f"{self.directory} ({', '.join(files)})")
+        return (f"transfer: {len(records)} CUDA-facing call site(s) logged in {where} ("
                 + ", ".join(f"{n} {c}" for c, n in sorted(counts.items())) + ")")
+
+
+_JOB_ENV = "_TRANSFER_LOG_JOB"
+
+
+def forget_process_log() -> None:
+    """Drop this process's log state (its directory was removed): nothing is renamed or summarised at exit."""
+    sink, _Sink._current = _Sink._current, None
+    if sink is not None:
+        atexit.unregister(sink.at_exit)
+        with sink._lock:
+            if sink._file is not None:
+                sink._file.close()
+                sink._file = None
+        if sink.first and os.environ.get(_JOB_ENV) == sink.job:
+            del os.environ[_JOB_ENV]
 
 
 def _args(args: tuple, kwargs: dict) -> str:
@@ -151,37 +313,6 @@ def _short(value: Any) -> str:
         return "[" + ", ".join(map(str, value)) + "]"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-# ------------------------------------------------------------- the user's frame
-_INTERNAL: Dict[Any, bool] = {}  # code object -> True when it is torch's or transfer's
-
-
-def _internal(code) -> bool:
-    known = _INTERNAL.get(code)
-    if known is None:
-        name = code.co_filename
-        known = _INTERNAL[code] = (name.startswith(_PACKAGE_DIR) or name.startswith(_TORCH_DIR)
-                                   or name.startswith("<frozen")
-                                   or name.endswith("typing_extensions.py"))  # deprecated torch.cuda.amp APIs
-    return known
-
-
-def _user_frame(frame):
-    while frame is not None and _internal(frame.f_code):
-        frame = frame.f_back
-    return frame
-
-
-def _called_by_torch(frame) -> bool:
-    """The nearest caller outside transfer is torch's own code (SyncBatchNorm's forward asking
-    torch.cuda.is_available(), torch.manual_seed seeding CUDA): torch's business, which differs
-    between torch versions, not a call the user's code makes."""
-    while frame is not None and _internal(frame.f_code):
-        if frame.f_code.co_filename.startswith(_TORCH_DIR):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _is_launcher() -> bool:
@@ -223,19 +354,7 @@ def attach(ctx, directory: str) -> CallLog:
         setattr(record.owner, record.attribute, wrapped)
         record.replacement = wrapped
     ctx.registry.on_revert("calllog.close", log.close)
-    if not _LOGS and log.rank == "0":
-        atexit.register(_summary_at_exit)
-    _LOGS.append(log)
     return log
-
-
-_LOGS: List[CallLog] = []  # every log this process attached (install/uninstall/install appends to one file)
-
-
-def _summary_at_exit() -> None:
-    records = [r for log in _LOGS for r in log.records]
-    if records:
-        sys.stderr.write(_LOGS[-1].summary(records) + "\n")
 
 
 def _api(record) -> str:
@@ -263,8 +382,39 @@ def _api(record) -> str:
 def _support(log: CallLog, api: str) -> support.Support:
     """The table's entry for `api`: its own row, else the ``device='cuda'`` row (factories, new_*, load, ...)."""
     if api.startswith("torch.cuda."):
-        return support.lookup(log.ctx.profile.name, api)
-    return support.lookup(log.ctx.profile.name, _ROWS.get(api, "device='cuda'"))
+        return support.lookup(log.profile.name, api)
+    return support.lookup(log.profile.name, _ROWS.get(api, "device='cuda'"))
+
+
+def planned_profile():
+    """The profile TRANSFER_PLAN names (None when unset); a bad name raises TransferError naming the choices."""
+    from .profiles import PROFILES
+
+    name = os.environ.get("TRANSFER_PLAN", "").strip().lower()
+    if not name:
+        return None
+    if name not in PROFILES:
+        from .errors import TransferError
+
+        raise TransferError(f"TRANSFER_PLAN={name!r}: not a target; choose one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+class _PlanTarget:
+    """The planned target's device translation, as text ("cuda:1" -> "npu:1"): its plug-in is not loaded here."""
+
+    def __init__(self, device_type: str):
+        self.device_type = device_type
+
+    def translate(self, value: Any, check: bool = False) -> Any:
+        parsed = parse_cuda(value)
+        if parsed is None:
+            return value
+        return self.device_type if parsed[0] is None else f"{self.device_type}:{parsed[0]}"
+
+
+def _plan_target(profile):
+    return _PlanTarget(profile.device_type)
 
 
 def _cuda_value(value: Any) -> bool:
@@ -292,7 +442,7 @@ def _names_a_device(args: tuple, kwargs: dict) -> bool:
 
 def _device_verdict(log: CallLog, api: str, args: tuple, kwargs: dict):
     """(class, became) when an argument names a CUDA device, else None."""
-    target = log.ctx.target
+    target = log.target
     for value in (*args, *(kwargs[k] for k in _DEVICE_KEYS if k in kwargs)):
         if _cuda_value(value):
             entry = _support(log, api)
@@ -305,7 +455,7 @@ def _device_verdict(log: CallLog, api: str, args: tuple, kwargs: dict):
 # -------------------------------------------------------------------- functions
 def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
     """A layer over the function `fn` logging each CUDA-facing call site once (`method`: args[0] is self)."""
-    target = log.ctx.target
+    target = log.target
     always = api.startswith("torch.cuda.") or api == "Tensor.cuda" or _ROWS.get(api) in _ALWAYS_ROWS
 
     def classify(args, kwargs):
@@ -322,10 +472,10 @@ def _logging(log: CallLog, api: str, fn: Callable, method: bool) -> Callable:
     namespace = api.startswith("torch.cuda.") and "." not in api[len("torch.cuda."):]
 
     def slow(frame, args, kwargs):
-        if namespace and _called_by_torch(frame):
+        if namespace and frames.called_by_torch(frame):
             seen.add((frame.f_code, frame.f_lasti))
             return
-        frame = _user_frame(frame)
+        frame = frames.user_frame(frame)
         if frame is None:
             return
         key = (frame.f_code, frame.f_lasti)
@@ -361,7 +511,7 @@ def _logging_wrapper(log: CallLog, api: str, replacement: PathWrapper) -> PathWr
     seen: set = set()
 
     def wrapper(wrapped, instance, args, kwargs):
-        frame = _user_frame(sys._getframe(1))
+        frame = frames.user_frame(sys._getframe(1))
         if frame is None or (frame.f_code, frame.f_lasti) in seen:
             return inner(wrapped, instance, args, kwargs)
         passed = []
@@ -444,7 +594,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _wrapper_verdict(log: CallLog, api: str, wrapped, instance, args, kwargs, passed):
-    profile = log.ctx.profile
+    profile = log.profile
     if api == "DataParallel":
         ids = getattr(instance, "device_ids", None)
         asked = _bind(_signature(wrapped), args, kwargs) or {}
@@ -454,6 +604,9 @@ def _wrapper_verdict(log: CallLog, api: str, wrapped, instance, args, kwargs, pa
             became = (f"device_ids {_short(asked.get('device_ids'))} -> one {profile.device_type} device "
                       f"({instance.src_device_obj})")
         return _support(log, api).cls, became
+    if log.plan is not None and log.plan is not log.ctx.profile:  # a rehearsal: the planned target's answer
+        entry = _support(log, _ROWS.get(api, api))
+        return entry.cls, entry.to or entry.cls
     changes = _changes(wrapped, args, kwargs, passed, profile.device_type)
     if api == "SyncBatchNorm":
         entry = _support(log, api)
@@ -480,7 +633,7 @@ def _logging_class(log: CallLog, api: str, replacement: type) -> type:
     seen: set = set()
 
     def log_call(args, kwargs):
-        frame = _user_frame(sys._getframe(2))
+        frame = frames.user_frame(sys._getframe(2))
         if frame is None or (frame.f_code, frame.f_lasti) in seen:
             return
         if device_only:
@@ -514,7 +667,7 @@ def _logging_getter(log: CallLog, getter: Any) -> property:
 
     def first_read(frame, tensor):
         done.add((frame.f_code, frame.f_lasti))
-        if not _internal(frame.f_code):  # torch reading is_cuda for itself is not the user's call
+        if not frames.is_internal(frame.f_code):  # torch reading is_cuda for itself is not the user's call
             log.add("Tensor.is_cuda", frame, None, {}, entry.cls, f"{entry.to} ({get(tensor)})")
 
     def is_cuda(self):

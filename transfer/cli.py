@@ -23,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     scan.add_argument("--device", "-d", choices=list(PROFILES), help="one target (default: every target side by side)")
     scan.add_argument("--format", "-f", choices=("text", "json", "csv"), default="text")
     scan.add_argument("--strict", action="store_true", help="exit 1 when anything is unsupported")
+    _workers(scan)
     port = sub.add_parser(
         "port", help="rewrite CUDA spellings to the vendor's own (libcst codemod)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -41,12 +42,20 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--diff", action="store_true", help="print a unified diff (apply with patch -p1), write nothing")
     where.add_argument("--in-place", action="store_true", help="rewrite the files themselves")
     port.add_argument("--unsafe", action="store_true", help="also make the rewrites that may change behaviour")
+    _workers(port)
     port.add_argument("--main", "-m", metavar="FILE", help="the entry script: also write run_distributed_<device>.sh "
                       "that starts it on every device (torchrun, or python for spawn/single-process scripts)")
     docs = sub.add_parser("docs", help="write docs/support-matrix.md from the support table")
     docs.add_argument("--output", "-o")
     docs.add_argument("--check", action="store_true")
     return parser
+
+
+def _workers(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
+                        help="worker processes, each handling whole files (default: one per core)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar on stderr (it shows on a terminal only, after half a second)")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -67,7 +76,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _scan(args) -> int:
     from .migrate import report
 
-    result = report.run(args.paths, [args.device] if args.device else list(PROFILES))
+    result = report.run(args.paths, [args.device] if args.device else list(PROFILES), jobs=args.jobs,
+                        progress=not args.no_progress)
     sys.stdout.write(report.FORMATS[args.format](result))
     if args.format != "text":
         print(report.summary(result), file=sys.stderr)
@@ -80,7 +90,8 @@ def _port(args) -> int:
     out = None if (args.diff or args.in_place) else (args.out or f"ported-{args.device}")
     try:
         outcome = tree.run(args.paths, args.device, out=out, diff=sys.stdout if args.diff else None,
-                           in_place=args.in_place, unsafe=args.unsafe, errors=sys.stderr, main=args.main)
+                           in_place=args.in_place, unsafe=args.unsafe, errors=sys.stderr, main=args.main,
+                           jobs=args.jobs, progress=not args.no_progress)
     except ValueError as exc:
         print(f"transfer port: {exc}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from .devices import invalid_ordinal
+from .devices import invalid_ordinal, parse_cuda, raise_as_torch
 
 
 # The current device, per thread as with CUDA (a new thread starts at 0). A
@@ -64,18 +64,28 @@ def device_count() -> int:
 
 
 def _index(device: Any = None) -> int:
-    """The virtual device ordinal `device` names; raises InvalidDeviceError as CUDA would."""
+    """The virtual device ordinal `device` names; raises as CUDA's ``torch.cuda._utils._get_device_index``.
+
+    A CUDA device string or ``torch.device('cuda', N)`` names ordinal N (no
+    index: the current device); an int is an ordinal; a device string torch
+    rejects raises torch's own error (``'CUDA:0'``); another device type
+    raises CUDA's ValueError, except the CPU: this target's devices are the
+    CPU (``x.cuda().device``), so it names the current device. An ordinal past
+    the device count raises InvalidDeviceError as CUDA would.
+    """
     if device is None:
         return current_device()
-    if isinstance(device, torch.device):
-        index = device.index if device.index is not None else current_device()
-    elif isinstance(device, str):
-        head, _, tail = device.partition(":")
-        index = int(tail) if tail.isdigit() else current_device()
-    elif isinstance(device, int):
-        index = device
-    else:
-        raise TypeError(f"not a device: {device!r}")
+    parsed = (int(device),) if isinstance(device, int) else parse_cuda(device)
+    if parsed is None:
+        if isinstance(device, str):
+            raise_as_torch(device)
+            device = torch.device(device)
+        if not isinstance(device, torch.device):
+            raise TypeError(f"not a device: {device!r}")
+        if device.type != "cpu":
+            raise ValueError(f"Expected a cuda device, but got: {device}")
+        parsed = (None,)
+    index = parsed[0] if parsed[0] is not None else current_device()
     count = device_count()
     if not 0 <= index < count:
         raise invalid_ordinal(index, "cpu", count)

@@ -1,10 +1,13 @@
 """Exact translation of CUDA device arguments to the active target.
 
-Only real device specifications are translated: the strings ``"cuda"`` and
-``"cuda:N"`` (any letter case), ``torch.device("cuda", N)`` and, where CUDA
-reads them as ordinals, ints. Everything else (``"cpu"``, ``"npu:1"``, a file
-path that happens to contain "cuda", ``"cuda:nccl"``) comes back as the very
-same object. Never a substring rewrite.
+Only real device specifications are translated: the strings torch itself
+parses as a CUDA device (``"cuda"``, ``"cuda:N"``: `transfer.device_grammar`,
+c10's grammar exactly), ``torch.device("cuda", N)`` and, where CUDA reads them
+as ordinals, ints. Everything else comes back as the very same object: other
+devices (``"cpu"``, ``"npu:1"``), strings that are no device (a file path that
+happens to contain "cuda", ``"cuda:nccl"``) and strings torch rejects
+(``"CUDA:0"``, ``" cuda"``, ``"cuda:01"``), so the call raises torch's own
+error, as on CUDA. Never a substring rewrite.
 
 The hot path is one type test and one dict lookup: each patched API owns a
 `Translator` whose cache maps every argument it has seen to its translation.
@@ -15,21 +18,20 @@ on later calls.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from .device_grammar import cuda_index
 from .errors import TransferError
+from .frames import caller_site
 
 #: Argument types that can name a device; anything else is passed through.
 DEVICE_SPEC_TYPES = frozenset({str, int, torch.device})
 _CACHE_LIMIT = 512  # distinct arguments per API; past that, translate uncached
 _MISS = object()
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
 class InvalidDeviceError(TransferError, AssertionError):
@@ -60,21 +62,27 @@ def invalid_ordinal(index: Any, device_type: str, count: int) -> InvalidDeviceEr
 def parse_cuda(spec: Any) -> Optional[tuple]:
     """Return ``(index_or_None,)`` if `spec` names a CUDA device, else None.
 
-    A negative int is an ordinal too (CUDA rejects it; `Target.device` does)."""
+    Strings follow torch's grammar exactly (`device_grammar.cuda_index`), so
+    ``'CUDA:0'`` or ``'cuda:01'`` name no device here, as for torch. A negative
+    int is an ordinal too (CUDA rejects it; `Target.device` does)."""
     kind = type(spec)
     if kind is torch.device:
         return (spec.index,) if spec.type == "cuda" else None
     if kind is int:
         return (spec,)
     if kind is str:
-        head, sep, tail = spec.strip().partition(":")
-        if head.lower() != "cuda":
-            return None
-        if not sep:
-            return (None,)
-        if tail.isdigit():
-            return (int(tail),)
+        return cuda_index(spec)
     return None
+
+
+def raise_as_torch(spec: Any) -> None:
+    """Raise torch's own error for a device string torch rejects (``torch.device(spec)`` raises it).
+
+    For the places where transfer answers a CUDA call itself (the cpu target's
+    torch.cuda functions, ``Tensor.cuda`` there), so a malformed string fails
+    with the very exception and message CUDA gives. Anything else returns."""
+    if type(spec) is str and cuda_index(spec) is None:
+        torch.device(spec)
 
 
 class Target:
@@ -157,17 +165,6 @@ class Translator:
         if len(self.cache) < _CACHE_LIMIT:
             self.cache[spec] = result
         return result
-
-
-def caller_site() -> str:
-    """``file:line`` of the first frame outside transfer and torch."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (filename.startswith(_PACKAGE_DIR) or filename.startswith(_TORCH_DIR) or filename.startswith("<frozen")):
-            return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"
 
 
 def translations_table(target: Target) -> List[dict]:

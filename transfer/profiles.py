@@ -16,12 +16,23 @@ from typing import Mapping, NamedTuple, Optional
 
 
 class EnvRename(NamedTuple):
-    """An NCCL_* variable and the name (and unit conversion) it has on a target."""
+    """A CUDA/NCCL variable's counterpart on a target: its name there and how the value converts.
 
-    target: str
+    `transfer.envvars` classifies every NCCL_*, TORCH_NCCL_* and CUDA_* variable; what is
+    per target lives here, in each profile's `env`.
+    """
+
+    target: Optional[str]  # the target's variable; None: the target behaves so with no variable (`note`)
     scale: float = 1.0  # value * scale, for numeric variables whose unit differs
+    interfaces: bool = False  # NCCL's interface selection ('eth', '=eth0', '^docker,lo') -> one plain name
+    note: str = ""  # why, where it is not a plain rename
 
     def convert(self, value: str) -> str:
+        """The value for `target`; raises ValueError (naming the problem) where there is none."""
+        if self.interfaces:
+            from .envvars import plain_interface
+
+            return plain_interface(value)
         if self.scale == 1.0:
             return value
         return str(max(1, int(float(value) * self.scale)))
@@ -37,7 +48,9 @@ class Profile(NamedTuple):
     device_type: str  # torch.device(<device_type>, N)
     backend: str  # torch.distributed backend replacing nccl
     visible_devices_env: Optional[str]  # CUDA_VISIBLE_DEVICES equivalent
-    nccl_env: Mapping[str, EnvRename] = MappingProxyType({})
+    # NCCL_* / TORCH_NCCL_* / CUDA_* variables with a counterpart on this target (transfer.envvars
+    # classifies the rest: informational, not needed, unsupported).
+    env: Mapping[str, EnvRename] = MappingProxyType({})
     # tccl: the device must be set before init_process_group (seed 000).
     set_device_before_init: bool = False
     # tccl: one process per device; several ranks may not share a card.
@@ -72,10 +85,23 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
                 "from PyTorch through torch_npu's custom-operator adaptation (OpPlugin) or a C++ extension "
                 "registering the op for PrivateUse1",
-                nccl_env=_env(
-                    NCCL_SOCKET_IFNAME=EnvRename("HCCL_SOCKET_IFNAME"),
-                    # NCCL_BUFFSIZE is in bytes, HCCL_BUFFSIZE in MB.
-                    NCCL_BUFFSIZE=EnvRename("HCCL_BUFFSIZE", scale=1 / (1024 * 1024)),
+                env=_env(
+                    NCCL_SOCKET_IFNAME=EnvRename(
+                        "HCCL_SOCKET_IFNAME", note="same syntax ('eth', '^eth', '=eth0', '^=eth0': CANN's "
+                        "envref HCCL_SOCKET_IFNAME); HCCL uses the first interface it selects, NCCL may use several"),
+                    NCCL_BUFFSIZE=EnvRename("HCCL_BUFFSIZE", scale=1 / (1024 * 1024),
+                                            note="NCCL_BUFFSIZE is in bytes, HCCL_BUFFSIZE in MB"),
+                    CUDA_LAUNCH_BLOCKING=EnvRename("ASCEND_LAUNCH_BLOCKING"),
+                    # torch_npu 2.13's ProcessGroupHCCL reads torch's names with HCCL for NCCL
+                    # (ProcessGroupHCCL.hpp, libtorch_npu.so), same values.
+                    NCCL_ASYNC_ERROR_HANDLING=EnvRename("HCCL_ASYNC_ERROR_HANDLING"),
+                    NCCL_BLOCKING_WAIT=EnvRename("HCCL_BLOCKING_WAIT"),
+                    NCCL_DESYNC_DEBUG=EnvRename("HCCL_DESYNC_DEBUG"),
+                    **{f"TORCH_NCCL_{n}": EnvRename(f"TORCH_HCCL_{n}") for n in (
+                        "ASYNC_ERROR_HANDLING", "BLOCKING_WAIT", "DESYNC_DEBUG", "DUMP_ON_TIMEOUT", "ENABLE_MONITORING",
+                        "HEARTBEAT_TIMEOUT_SEC", "TRACE_BUFFER_SIZE", "TRACE_CPP_STACK", "WAIT_TIMEOUT_DUMP_MILSEC",
+                        "COORD_CHECK_MILSEC", "HIGH_PRIORITY", "RANKS_PER_ROOT", "DEBUG_INFO_TEMP_FILE",
+                        "DEBUG_INFO_PIPE_FILE")},
                 ),
             ),
             Profile(
@@ -89,8 +115,11 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 visible_devices_env="SDAA_VISIBLE_DEVICES",
                 custom_kernels="kernels in Tecorigin's own device language from its SDK, registered for "
                 "PrivateUse1 through torch_sdaa's extension mechanism",
-                # tccl is NCCL-derived and keeps NCCL's variable names under its prefix.
-                nccl_env=_env(NCCL_SOCKET_IFNAME=EnvRename("TCCL_SOCKET_IFNAME")),
+                # tccl is NCCL-derived and keeps NCCL's variable names (and, assumed, the interface
+                # syntax) under its prefix; its TORCH_NCCL_* counterparts are not known.
+                env=_env(NCCL_SOCKET_IFNAME=EnvRename(
+                    "TCCL_SOCKET_IFNAME", note="passed as written: tccl is NCCL-derived, NCCL's syntax assumed "
+                    "(unverified, see tests/vendors/README.md)")),
                 set_device_before_init=True,
                 one_process_per_device=True,
                 notes="tccl needs the device set before init_process_group; one process per card",
@@ -105,7 +134,16 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 visible_devices_env="TOPS_VISIBLE_DEVICES",
                 custom_kernels="kernels in Enflame's own device language from its TopsRider SDK, registered "
                 "for PrivateUse1 through torch_gcu's extension mechanism",
-                nccl_env=_env(NCCL_SOCKET_IFNAME=EnvRename("ECCL_SOCKET_IFNAME")),
+                # eccl is NCCL-derived (ECCL_SOCKET_IFNAME, ECCL_IB_HCA='^=mlx5_10' in Enflame's
+                # deployment guides); torch_gcu's process group reads TORCH_ECCL_* (Enflame's vLLM
+                # worker sets TORCH_ECCL_AVOID_RECORD_STREAMS; guides set TORCH_ECCL_ASYNC_ERROR_HANDLING).
+                env=_env(
+                    NCCL_SOCKET_IFNAME=EnvRename(
+                        "ECCL_SOCKET_IFNAME", note="passed as written: eccl is NCCL-derived, NCCL's syntax assumed "
+                        "(unverified, see tests/vendors/README.md)"),
+                    TORCH_NCCL_ASYNC_ERROR_HANDLING=EnvRename("TORCH_ECCL_ASYNC_ERROR_HANDLING"),
+                    TORCH_NCCL_AVOID_RECORD_STREAMS=EnvRename("TORCH_ECCL_AVOID_RECORD_STREAMS"),
+                ),
                 notes="builds from 2020-21 showed devices as xla:N",
             ),
             Profile(
@@ -118,7 +156,18 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 visible_devices_env=None,
                 custom_kernels="a C++ CPU implementation built with CppExtension / cpp_extension.load of the "
                 ".cpp sources alone",
-                nccl_env=_env(NCCL_SOCKET_IFNAME=EnvRename("GLOO_SOCKET_IFNAME")),
+                env=_env(
+                    # torch's gloo takes a comma-separated list of exact interface names, each of which
+                    # must exist: NCCL's selection becomes the first interface of this host it selects.
+                    NCCL_SOCKET_IFNAME=EnvRename(
+                        "GLOO_SOCKET_IFNAME", interfaces=True, note="gloo takes exact interface names: NCCL's "
+                        "selection ('eth', '=eth0', '^docker,lo') becomes the first interface of the host it selects"),
+                    CUDA_LAUNCH_BLOCKING=EnvRename(None, note="the CPU runs every op synchronously"),
+                    **{name: EnvRename(None, note="gloo raises in the waiting call when a collective fails or "
+                                                  "times out (init_process_group's timeout)")
+                       for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT",
+                                    "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT")},
+                ),
                 notes="runs CUDA scripts on the CPU; collectives over gloo",
             ),
         )

@@ -5,6 +5,13 @@ PYTHONPATH, sets TRANSFER_DEVICE and execs CMD, so every Python process the
 command starts (torchrun's workers, mp.spawn children) activates transfer when
 it imports torch, with no change to the script. The bootstrap chains to the
 user's own sitecustomize.
+
+Only the bootstrap directory is added: entries on PYTHONPATH come before the
+standard library in every process of the job, so adding the directory that
+holds transfer (site-packages) would put every installed package ahead of the
+standard library (a `typing` or `enum` backport there would shadow Python's
+own). The interpreters of the job import transfer as they import anything
+else; one that cannot says so on stderr (the bootstrap).
 """
 
 from __future__ import annotations
@@ -15,7 +22,6 @@ import sys
 from typing import List, MutableMapping, Optional
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) -> None:
@@ -23,12 +29,8 @@ def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) ->
     from .selection import requested
 
     env["TRANSFER_DEVICE"] = requested(device or env.get("TRANSFER_DEVICE"))
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    for entry in (PACKAGE_PARENT, BOOTSTRAP_DIR):  # bootstrap ends up first
-        if entry in parts:
-            parts.remove(entry)
-        parts.insert(0, entry)
-    env["PYTHONPATH"] = os.pathsep.join(parts)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *parts])
 
 
 def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
@@ -37,6 +39,9 @@ def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
     parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
                         "rank, in DIR (sets TRANSFER_LOG)")
+    parser.add_argument("--plan", metavar="TARGET", help="rehearse a port: run the job where it runs (real CUDA "
+                        "included) and log each CUDA-facing call site with what TARGET (npu, sdaa, gcu, cpu) will do "
+                        "with it, from the support table (sets TRANSFER_PLAN; needs --log or TRANSFER_LOG)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help=command_help)
     return parser
 
@@ -51,6 +56,16 @@ def _parse(prog: str, command_help: str, usage: str, argv: Optional[List[str]]):
         return None
     if args.log:
         os.environ["TRANSFER_LOG"] = os.path.abspath(args.log)
+    if args.plan:
+        from .profiles import PROFILES
+
+        if args.plan.strip().lower() not in PROFILES:
+            print(f"{prog}: --plan {args.plan}: not a target; choose one of {', '.join(PROFILES)}", file=sys.stderr)
+            return None
+        if not os.environ.get("TRANSFER_LOG", "").strip():
+            print(f"{prog}: --plan writes its findings to the call-site log: add --log DIR", file=sys.stderr)
+            return None
+        os.environ["TRANSFER_PLAN"] = args.plan.strip().lower()
     try:
         prepare_environment(os.environ, args.device)
     except TransferError as exc:

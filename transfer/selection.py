@@ -2,7 +2,10 @@
 
 `auto` order: a vendor package already imported wins; then an importable
 vendor package that reports devices; then real CUDA (transfer stands aside);
-else the `cpu` target.
+else the `cpu` target. A vendor package that is installed but fails to import
+(the everyday Ascend case: CANN's set_env.sh not sourced) stops auto with an
+error naming it, its error and the fix, instead of falling back to the CPU; one
+that imports without devices is skipped with a warning naming it.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def _privateuse1_name(torch) -> str:
 
 
 def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
+    """The auto choice; see the module docstring and `_auto_refuses` for an installed vendor that fails."""
     import torch
 
     active = _privateuse1_name(torch)
@@ -117,15 +121,61 @@ def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
         if profile.device_type == active or profile.package in sys.modules:
             activate_vendor(profile, prepare)
             return profile, f"auto: {profile.package} is imported"
+    broken, empty = [], []  # (profile, error): installed but failing to import / importing without devices
     for profile in vendor_profiles():
         if importlib.util.find_spec(profile.package) is None:
             continue
         try:
             activate_vendor(profile, prepare)
-        except Exception as exc:  # an unusable vendor install must not stop the others
-            logger.debug("transfer: auto skips %s: %s", profile.name, exc)
+        except NoDeviceError as exc:
+            empty.append((profile, exc))
             continue
+        except Exception as exc:  # ImportError, OSError, RuntimeError: whatever the plug-in's import raised
+            broken.append((profile, exc))
+            continue
+        _skipped(broken + empty, "")
         return profile, f"auto: {profile.package} has devices"
-    if torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if broken and not cuda:
+        raise _auto_refuses(broken)
+    _skipped(broken + empty, "; running on CUDA instead" if cuda else
+             "; running on the CPU instead (TRANSFER_DEVICE=cpu asks for that and says nothing)")
+    if cuda:
         return None, NATIVE_CUDA
     return PROFILES["cpu"], "auto: no accelerator found"
+
+
+def _skipped(failures, then: str) -> None:
+    """One warning per vendor package auto passed over (rank 0: the same on every rank)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    for profile, exc in failures:
+        logger.warning("transfer: auto skips %s (%s): %s%s", profile.package, profile.vendor, _reason(exc), then)
+
+
+def _reason(exc: BaseException) -> str:
+    """The plug-in's own error where transfer wrapped it."""
+    cause = exc.__cause__ if isinstance(exc, VendorPackageMissing) and exc.__cause__ is not None else exc
+    return f"{type(cause).__name__}: {cause}"
+
+
+def _auto_refuses(broken) -> VendorPackageMissing:
+    """An installed vendor plug-in that fails to import stops `auto` (decided, issue 17).
+
+    Whoever installed torch_npu on a machine and wrote ``from transfer import auto`` wants the
+    accelerator; the everyday failure (CANN's set_env.sh not sourced: "libascendcl.so: cannot open
+    shared object file") would otherwise turn into a job that trains on the CPU, hours slower, with
+    nothing but a banner to say so. The error names the package, its own error and the fix;
+    TRANSFER_DEVICE=cpu is the explicit way to run on the CPU. (A plug-in that imports but reports
+    no device is not refused: that is a machine without the accelerator, and auto falls back with a
+    warning naming it, as CUDA builds of torch run on the CPU where there is no GPU.)
+    """
+    profile, exc = broken[0]
+    others = "".join(f" ({p.package} fails too: {_reason(e)})" for p, e in broken[1:])
+    error = VendorPackageMissing(
+        f"auto found {profile.vendor}'s PyTorch plug-in '{profile.package}' installed, but it cannot be "
+        f"imported: {_reason(exc)}{others}. Refusing to fall back to the CPU. To fix: {profile.install_hint}. "
+        f"To run on the CPU on purpose: TRANSFER_DEVICE=cpu (or transfer.install('cpu'))."
+    )
+    error.__cause__ = exc
+    return error

@@ -229,6 +229,12 @@ def _cuda_support(profile: str, name: str) -> Support:
 # profile, and per-profile overrides. `to` "" means nothing replaces the call.
 _Row = Tuple[str, str, str, str, Dict[str, Tuple[str, str, str]]]
 
+#: The cpu target's autocast: CUDA's float16 (also the default when no dtype is given) runs as bfloat16.
+_CPU_AUTOCAST = (TRANSLATED, "torch.autocast('cpu', dtype=bfloat16)",
+                 "float16 (CUDA's default) runs as bfloat16: fp16 matmul on CPUs is ~1000x slower; "
+                 "TRANSFER_CPU_AMP_DTYPE=float16 keeps float16")
+
+
 OTHER_APIS: Tuple[_Row, ...] = (
     ("Tensor.cuda", TRANSLATED, "Tensor.to('{dev}')", "moves to the target device; the index is kept", {}),
     ("Module.cuda", TRANSLATED, "Module.to('{dev}')", "Module.cuda calls Tensor.cuda for each parameter", {}),
@@ -250,12 +256,14 @@ OTHER_APIS: Tuple[_Row, ...] = (
     ("torch.device('cuda')", TRANSLATED, "torch.device('{dev}') where used",
      "the object stays a CUDA device; every patched API translates it where it is passed", {}),
     ("torch.cuda.amp.autocast", TRANSLATED, "torch.autocast('{dev}')", "torch.cuda.amp.autocast passes 'cuda'",
-     {"cpu": (TRANSLATED, "torch.autocast('cpu', dtype=bfloat16)",
-              "fp16 becomes bf16 (fp16 matmul on CPUs is ~1000x slower); TRANSFER_CPU_AMP_DTYPE=float16 keeps it")}),
+     {"cpu": _CPU_AUTOCAST}),
     ("torch.cuda.amp.GradScaler", TRANSLATED, "torch.amp.GradScaler('{dev}')", "scaler on the target device", {}),
-    ("torch.cuda.amp.custom_fwd", TRANSLATED, "torch.amp.custom_fwd(device_type='{dev}')", "", {}),
+    ("torch.cuda.amp.custom_fwd", TRANSLATED, "torch.amp.custom_fwd(device_type='{dev}')", "",
+     {"cpu": (TRANSLATED, "torch.amp.custom_fwd(device_type='cpu')",
+              "cast_inputs=torch.float16 casts to bfloat16 unless TRANSFER_CPU_AMP_DTYPE=float16")}),
     ("torch.cuda.amp.custom_bwd", TRANSLATED, "torch.amp.custom_bwd(device_type='{dev}')", "", {}),
-    ("torch.autocast", TRANSLATED, "torch.autocast('{dev}')", "device_type 'cuda' is translated", {}),
+    ("torch.autocast", TRANSLATED, "torch.autocast('{dev}')", "device_type 'cuda' is translated",
+     {"cpu": _CPU_AUTOCAST}),
     ("torch.amp.GradScaler", TRANSLATED, "torch.amp.GradScaler('{dev}')", "device 'cuda' is translated", {}),
     ("torch.backends.cudnn", NOOP, "", "cuDNN flags; the target runs its own kernels and never reads them", {}),
     ("torch.backends.cuda", NOOP, "", "CUDA matmul/SDPA flags; the target never reads them", {}),
@@ -289,6 +297,12 @@ OTHER_APIS: Tuple[_Row, ...] = (
      "CUDA, AutogradCUDA, AutocastCUDA (...) also register for the target's key; a kernel registered natively "
      "for the target wins; removed on uninstall; register_fake / register_autograd need nothing",
      {"cpu": (TRANSLATED, "the same kernel for CPU", "as for a vendor, with the CPU keys (CPU, AutogradCPU, ...)")}),
+    ("torch.utils.cpp_extension.load", UNSUPPORTED, "",
+     "load / load_inline of CUDA sources (.cu/.cuh files, cuda_sources=, with_cuda=True): CUDA C++ kernels do not "
+     "run on {vendor}; raises UnsupportedCudaAPI naming the files and what the target offers instead, before any "
+     "compiler runs", {}),
+    ("CUDA source file", UNSUPPORTED, "",
+     "a .cu/.cuh file: CUDA C++ kernels do not run on {vendor}; port them to the vendor's kernel language", {}),
     ("torch.jit.script", TRANSLATED, "torch.jit.script on {dev}",
      "the graphs' 'cuda' constants name the target (patches/torchscript.py); not rewritten: x.cuda() inside TorchScript "
      "and CUDA models loaded with torch.jit.load",
@@ -498,6 +512,29 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
     ("xformers.*", UNSUPPORTED, "", "transfer's xformers provides xformers.ops attention (memory_efficient_attention, "
      "fmha, attn_bias, unbind); other modules raise ModuleNotFoundError naming what is provided", {}),
     *_APEX_ROWS,
+    # Packages transfer does not serve (no transfer/thirdparty/ tree): what breaks, and what to use on the target.
+    ("bitsandbytes", UNSUPPORTED, "",
+     "not provided by transfer: its 8-bit/4-bit layers and optimizers (bnb.nn.Linear8bitLt, Linear4bit, "
+     "bnb.optim.AdamW8bit, ...) are CUDA C++ kernels; use torch.nn.Linear and torch.optim.AdamW (fused/foreach), or "
+     "the vendor's quantization tools", {}),
+    ("pynvml", UNSUPPORTED, "",
+     "not provided by transfer: NVML talks to NVIDIA's driver only (nvmlInit fails without it); for device counts "
+     "and memory use torch.{dev}.device_count() and torch.{dev}.mem_get_info()", {}),
+    ("cupy", UNSUPPORTED, "",
+     "not provided by transfer: CuPy arrays and RawKernels live in CUDA memory; use torch tensors on '{dev}' "
+     "(torch covers most numpy/cupy array operations)", {}),
+    ("pycuda", UNSUPPORTED, "",
+     "not provided by transfer: raw CUDA driver calls and kernels; port the kernels to the vendor's kernel language", {}),
+    ("triton", UNSUPPORTED, "",
+     "not provided by transfer: Triton compiles its kernels for NVIDIA (and AMD) GPUs only; write the kernel as "
+     "torch ops (torch.compile fuses them where the target supports it)",
+     {"npu": (UNSUPPORTED, "", "Triton-Ascend (pip install triton-ascend, Atlas A2/A3, replaces the triton package) "
+                               "compiles @triton.jit kernels for npu; kernels tuned for NVIDIA block sizes need "
+                               "retuning; transfer itself provides nothing")}),
+    ("triton.jit", UNSUPPORTED, "",
+     "a Triton kernel (@triton.jit / @triton.autotune): compiled for NVIDIA GPUs only; write it as torch ops",
+     {"npu": (UNSUPPORTED, "", "a Triton kernel: runs on npu only under Triton-Ascend (pip install triton-ascend, "
+                               "Atlas A2/A3), usually after retuning its block sizes")}),
     ("transformer_engine", UNSUPPORTED, "",
      "not provided: FP8 kernels and fused modules exist only for NVIDIA GPUs; `import transformer_engine` raises "
      "ModuleNotFoundError saying so (find_spec answers None, so availability checks are False); use torch.nn "

@@ -29,7 +29,9 @@ def _arm():
     try:
         from transfer._autoload import arm
     except ImportError as exc:  # never break an interpreter over this
-        sys.stderr.write(f"transfer bootstrap: cannot import transfer ({exc}); running without it\n")
+        sys.stderr.write(f"transfer bootstrap: TRANSFER_DEVICE is set, but this Python ({sys.executable}) cannot "
+                         f"import transfer ({exc}); the program runs without it. Install transfer for this "
+                         f"interpreter, or run the command with the Python that has it.\n")
         return
     arm()
 

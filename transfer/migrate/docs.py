@@ -12,7 +12,7 @@ import os
 import sys
 from typing import List, Optional
 
-from .. import support
+from .. import envvars, support
 from ..profiles import PROFILES
 
 DEFAULT_PATH = os.path.join("docs", "support-matrix.md")  # from the checkout's root
@@ -48,7 +48,54 @@ def render() -> str:
             why = distinct[0][1] if len(distinct) == 1 else "; ".join(f"{p}: {r}" for p, r in distinct)
             reasons.append(f"- `{api}`: {why}")
     lines += ["", "## Why", ""] + [r.replace("|", "\\|") for r in reasons]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _environment(profiles)) + "\n"
+
+
+def _environment(profiles) -> List[str]:
+    """The environment-variable table (transfer/envvars.py and each profile's `env`)."""
+    lines = [
+        "",
+        "## Environment variables",
+        "",
+        "Every `NCCL_*`, `TORCH_NCCL_*` and `CUDA_*` variable is **informational** (metadata nothing reads at run "
+        "time: never a warning, never an error under `TRANSFER_STRICT=1`), **not needed** (configures a part of CUDA "
+        "the target does not have), **translated** to the target's variable (→, with the value converted where the "
+        "unit or syntax differs), **built in** (the target behaves so without a variable) or **unsupported** (one "
+        "warning names them; an error under `TRANSFER_STRICT=1`). Variables not listed: other `CUDA_*` names are not "
+        "read by the CUDA runtime (informational: `CUDA_PKG_VERSION`, ...), other `NCCL_*` and `TORCH_NCCL_*` names "
+        "are unsupported. `NVIDIA_*` and `TORCH_CUDA_ARCH_LIST` (build-time) are never looked at.",
+        "",
+        "When: `CUDA_VISIBLE_DEVICES` and `CUDA_LAUNCH_BLOCKING` are translated before the vendor plug-in is imported "
+        "(at install: vendor runtimes read them when they start); collective variables at install and again just "
+        "before every process group is created, so one set after `import torch` still counts. A variable set or "
+        "changed after its moment (the plug-in's import; the first process group) gets a warning saying it came "
+        "too late. A variable you set for the target yourself (`HCCL_SOCKET_IFNAME`, ...) wins.",
+        "",
+        "| variable | " + " | ".join(f"{p} ({PROFILES[p].backend})" for p in profiles) + " |",
+        "|---|" + "---|" * len(profiles),
+    ]
+    reasons = []
+    for name, row in envvars.rows({p: PROFILES[p] for p in profiles}):
+        cells = []
+        for p in profiles:
+            verdict = row[p]
+            cell = f"→ `{verdict.target}`" if verdict.target else verdict.cls
+            rename = PROFILES[p].env.get(name)
+            if rename is not None and rename.scale == 1 / 2 ** 20:
+                cell += " (bytes → MB)"
+            elif rename is not None and rename.scale != 1.0:
+                cell += f" (×{rename.scale:g})"
+            cells.append(cell)
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        distinct = []
+        for p in profiles:
+            reason = row[p].reason
+            if reason and not reason.startswith("no known equivalent") and reason not in [r for _, r in distinct]:
+                distinct.append((p, reason))
+        if distinct:
+            why = distinct[0][1] if len(distinct) == 1 else "; ".join(f"{p}: {r}" for p, r in distinct)
+            reasons.append(f"- `{name}`: {why}")
+    return lines + ["", "### Why", ""] + reasons
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -10,8 +10,9 @@ is its counterpart for every vendor profile, read from `transfer.profiles`:
   the vendor runtime sees); anything else is one process, ``python FILE``;
 * CUDA-era settings a job script already exports carry over: the
   ``CUDA_VISIBLE_DEVICES`` list becomes the vendor's own visible-devices
-  variable and ``NCCL_*`` variables the profile renames become the vendor's
-  (with the unit conversion the profile states), unless those are already set;
+  variable and the ``NCCL_*`` / ``TORCH_NCCL_*`` / ``CUDA_*`` variables the
+  profile renames become the vendor's (with the unit conversion the profile
+  states), unless those are already set;
 * multi-node: ``NNODES``, ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``.
 
 The script runs the ported code natively: it never mentions transfer.
@@ -69,7 +70,9 @@ def render(profile: str, main: str, source: str) -> str:
     ]
     if p.visible_devices_env:
         lines += _carry("CUDA_VISIBLE_DEVICES", p.visible_devices_env, '"$CUDA_VISIBLE_DEVICES"')
-    for nccl, rename in sorted(p.nccl_env.items()):
+    for nccl, rename in sorted(p.env.items()):
+        if rename.target is None or rename.interfaces:
+            continue  # built in on the target, or a conversion that needs the host's interfaces (gloo)
         if rename.scale == 1.0:
             value = f'"${nccl}"'
         else:  # e.g. NCCL_BUFFSIZE bytes -> HCCL_BUFFSIZE MB, at least 1

@@ -11,10 +11,11 @@ import csv
 import io
 import json
 from collections import Counter
-from typing import Any, Dict, List, NamedTuple
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from .. import support
 from . import scan, source
+from . import progress as progress_
 
 CSV_COLUMNS = ["File", "Start Line", "End Line", "API", "Status", "Message", "Column"]
 # The worst class first: a finding's Status over several profiles is its worst.
@@ -42,15 +43,25 @@ class ScanResult(NamedTuple):
         return {p: {c: out[p][c] for c in support.CLASSES} for p in self.profiles}
 
 
-def run(paths: List[str], profiles: List[str]) -> ScanResult:
-    """Scan every Python file under `paths`; files that fail to read or parse are listed, not fatal."""
+def _scan_one(path: str):
+    """(path, findings, error) of one file: read, parsed and scanned once, in a worker."""
+    try:
+        text, _ = source.read(path)
+        if source.is_cuda_source(path):
+            return path, [scan.cuda_source_finding(path, text)], None
+        return path, scan.scan_source(text, path), None
+    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        return path, None, f"{type(exc).__name__}: {exc}"
+
+
+def run(paths: List[str], profiles: List[str], jobs: Optional[int] = None, progress: bool = True) -> ScanResult:
+    """Scan every Python (and .cu/.cuh) file under `paths` in `jobs` worker processes (default: one per
+    core); files that fail to read or parse are listed, not fatal."""
     files, failed, findings = [], [], []
-    for _, path in source.python_files(paths):
-        try:
-            text, _ = source.read(path)
-            found = scan.scan_source(text, path)
-        except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
-            failed.append({"file": path, "error": f"{type(exc).__name__}: {exc}"})
+    paths_ = [path for _, path in source.files(paths)]
+    for path, found, error in progress_.run_all(_scan_one, paths_, "transfer scan", jobs, progress):
+        if error is not None:
+            failed.append({"file": path, "error": error})
             continue
         files.append(path)
         findings.extend(found)

@@ -6,7 +6,12 @@ aliases (``import torch.cuda as tc``, ``from torch.cuda.amp import autocast``,
 ``from torch import cuda``), device strings (``"cuda"``, ``"cuda:1"``,
 ``f"cuda:{rank}"``, ``"cuda:{}".format(i)``), ``"nccl"`` backends and
 comparisons with ``"cuda"`` / ``"nccl"``. Matching is exact, never by
-substring: ``"/ckpt/cuda_model.pt"`` is not a device.
+substring: ``"/ckpt/cuda_model.pt"`` is not a device, and device strings are
+read with torch's own grammar (`transfer.device_grammar`). Names resolve through
+`names` (the resolver port uses too). Blockers are findings of their own:
+``cpp_extension.load``/``load_inline`` of CUDA sources, ``CUDAExtension``,
+Triton imports and kernels, CUDA-only packages (`support.THIRDPARTY_APIS`), and
+a ``.cu``/``.cuh`` file (`cuda_source_finding`).
 """
 
 from __future__ import annotations
@@ -16,28 +21,12 @@ import re
 from typing import Dict, List, NamedTuple, Optional
 
 from .. import support
+from ..device_grammar import cuda_index
+from . import names
 
-DEVICE_STRING = re.compile(r"^cuda(:(\d+|\{[^{}]*\}|%[di]|))?$", re.IGNORECASE)
+# A device string formatted right where it is written: "cuda:{}".format(i), "cuda:%d" % i.
+DEVICE_TEMPLATE = re.compile(r"^cuda:(\{[^{}]*\}|%[di])$")
 NCCL_STRING = re.compile(r"^(nccl|cuda:nccl|cpu:gloo,\s*cuda:nccl)$", re.IGNORECASE)
-
-# Qualified names reported as themselves (prefix match on a dotted name).
-_NAMED = (
-    "torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler", "torch.cuda.amp.custom_fwd", "torch.cuda.amp.custom_bwd",
-    "torch.cuda.nvtx", "torch.cuda.amp", "torch.backends.cudnn", "torch.backends.cuda",
-    "torch.distributed.init_process_group", "torch.distributed.new_group", "torch.distributed.get_backend",
-    "torch.distributed.is_nccl_available", "torch.nn.parallel.DistributedDataParallel", "torch.nn.SyncBatchNorm",
-    "torch.utils.cpp_extension.CUDAExtension", "torch.jit.script", "torch.version.cuda",
-)
-_SYNONYMS = {
-    "torch.nn.parallel.distributed.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.DataParallel": "torch.nn.DataParallel", "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
-    "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.DataParallel",
-    "torch.nn.modules.SyncBatchNorm": "torch.nn.SyncBatchNorm",
-    "torch.distributed.distributed_c10d.init_process_group": "torch.distributed.init_process_group",
-    "torch.distributed.distributed_c10d.new_group": "torch.distributed.new_group",
-    "torch.distributed.distributed_c10d.get_backend": "torch.distributed.get_backend",
-}
-
 
 # Calls whose device argument has its own row (positional first argument or device=).
 _DEVICE_CALL_ROWS = {
@@ -56,27 +45,38 @@ class Finding(NamedTuple):
     code: str  # the source line, stripped
 
 
-def api_of(qualified: str) -> Optional[str]:
-    """The support-table API a dotted name refers to, or None."""
-    qualified = _SYNONYMS.get(qualified, qualified)
-    if qualified in ("torch.nn.DataParallel",):
-        return qualified
-    for name in _NAMED:
-        if qualified == name or qualified.startswith(name + "."):
-            return name
-    if qualified.startswith("torch.cuda."):
-        return "torch.cuda." + qualified.split(".")[2]
-    return support.thirdparty_api(qualified)  # flash_attn, xformers, ... (support.THIRDPARTY_APIS)
+api_of = names.api_of  # the one resolver (names.py), shared with port
+
+_CPP_LOADERS = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
+_CUDA_SUFFIXES = (".cu", ".cuh")
+
+
+def loads_cuda_sources(call: ast.Call) -> bool:
+    """A cpp_extension.load / load_inline call that builds CUDA code: a .cu/.cuh source, cuda_sources=, with_cuda=True."""
+    for keyword in call.keywords:
+        value = keyword.value
+        if keyword.arg == "cuda_sources" and not (isinstance(value, ast.Constant) and value.value is None):
+            return True
+        if keyword.arg == "with_cuda" and isinstance(value, ast.Constant) and value.value is True:
+            return True
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.strip().endswith(_CUDA_SUFFIXES)
+               for n in ast.walk(call))
+
+
+def is_device_text(text: str) -> bool:
+    """`text` is a CUDA device exactly as torch parses it ("cuda", "cuda:1": `device_grammar`, so not
+    "CUDA:0" or " cuda", which fail on CUDA too), or a template of one ("cuda:{}", "cuda:%d")."""
+    return cuda_index(text) is not None or bool(DEVICE_TEMPLATE.match(text))
 
 
 def is_device_string(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return bool(DEVICE_STRING.match(node.value.strip()))
+        return is_device_text(node.value)
     if isinstance(node, ast.JoinedStr) and node.values:
         first = node.values[0]
         if isinstance(first, ast.Constant) and isinstance(first.value, str):
             head = first.value
-            return head.lower() == "cuda:" or bool(DEVICE_STRING.match(head.strip())) and len(node.values) == 1
+            return head == "cuda:" or is_device_text(head) and len(node.values) == 1
     return False
 
 
@@ -84,12 +84,41 @@ def is_nccl_string(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(NCCL_STRING.match(node.value.strip()))
 
 
-class _Scanner(ast.NodeVisitor):
-    def __init__(self, path: str, lines: List[str]):
+_QUIET, _DONE = 1, 2  # a handler's answer: children linked but not looked at / already walked by the handler
+
+
+class _Scanner:
+    """One pass over the tree: links every node to its parent (``_parent``, which port reads too) and
+    reports what the handlers find. A handler answers None (look at the children), _QUIET or _DONE."""
+
+    def __init__(self, path: str, lines: List[str], imports: names.Imports):
         self.path = path
         self.lines = lines
-        self.aliases: Dict[str, str] = {}
+        self.imports = imports
         self.findings: List[Finding] = []
+        self.nodes: List[ast.AST] = []  # every node, in the order walked (port reuses it)
+        self.handlers = {ast.Import: self.visit_Import, ast.ImportFrom: self.visit_ImportFrom,
+                         ast.Attribute: self.visit_Attribute, ast.Name: self.visit_Name, ast.Call: self.visit_Call,
+                         ast.Constant: self.visit_Constant, ast.JoinedStr: self.visit_JoinedStr}
+
+    def walk(self, node: ast.AST, parent: Optional[ast.AST], quiet: bool = False) -> None:
+        node._parent = parent  # type: ignore[attr-defined]
+        self.nodes.append(node)
+        if not quiet:
+            handler = self.handlers.get(node.__class__)
+            if handler is not None:
+                answer = handler(node)
+                if answer == _DONE:
+                    return
+                quiet = answer == _QUIET
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.walk(item, node, quiet)
+            elif isinstance(value, ast.AST):
+                self.walk(value, node, quiet)
 
     # ---------------------------------------------------------------- helpers
     def add(self, node: ast.AST, api: str) -> None:
@@ -99,12 +128,7 @@ class _Scanner(ast.NodeVisitor):
                                      getattr(node, "col_offset", 0) + 1, api, code))
 
     def qualified(self, node: ast.AST) -> Optional[str]:
-        if isinstance(node, ast.Name):
-            return self.aliases.get(node.id)
-        if isinstance(node, ast.Attribute):
-            base = self.qualified(node.value)
-            return None if base is None else f"{base}.{node.attr}"
-        return None
+        return self.imports.qualified(node)
 
     def in_compare(self, node: ast.AST) -> bool:
         parent = getattr(node, "_parent", None)
@@ -115,25 +139,19 @@ class _Scanner(ast.NodeVisitor):
     # ---------------------------------------------------------------- imports
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.asname:
-                self.aliases[alias.asname] = alias.name
-            else:
-                top = alias.name.split(".")[0]
-                self.aliases[top] = top
-            api = api_of(alias.name)
-            if api == "apex" or api is not None and api in support.THIRDPARTY_ROWS:
+            api = names.import_api(alias.name)
+            if api is not None:
                 self.add(node, api)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if not node.module or node.level:
             return
-        for alias in node.names:
-            full = f"{node.module}.{alias.name}"
-            self.aliases[alias.asname or alias.name] = full
         if api_of(node.module) == "apex":
             self.add(node, "apex")
         elif node.module.partition(".")[0] in support.THIRDPARTY_MODULES:
             rows = [api_of(f"{node.module}.{alias.name}") for alias in node.names]
+            if node.module.partition(".")[0] == "triton":
+                rows = ["triton"]  # `from triton import jit`: the import; each kernel is reported at its decorator
             for api in dict.fromkeys(r for r in rows if r is not None):  # each row once per statement
                 self.add(node, api)
 
@@ -141,47 +159,56 @@ class _Scanner(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         qualified = self.qualified(node)
         api = api_of(qualified) if qualified else None
-        if api is not None and api != "apex":
+        if api is not None and api not in ("apex", "triton"):
             self.add(node, api)
-            return  # the chain is reported once, at its longest
+            return _QUIET  # the chain is reported once, at its longest
         if qualified is None and node.attr == "is_cuda":
             self.add(node, "Tensor.is_cuda")
-        self.generic_visit(node)
+        return None
 
     def visit_Name(self, node: ast.Name) -> None:
-        qualified = self.aliases.get(node.id)
+        qualified = self.imports.table.get(node.id)
         if qualified and qualified != node.id and not isinstance(node.ctx, ast.Store):  # a from-import or an `as` alias of a CUDA-facing name
             api = api_of(qualified)
-            if api is not None and api != "apex":
+            if api is not None and api not in ("apex", "triton"):
                 self.add(node, api)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        if self.qualified(func) in _DATALOADERS and any(
+        qualified = self.qualified(func)
+        if qualified in _DATALOADERS and any(
                 k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value is True
                 for k in node.keywords):
             self.add(node, "DataLoader(pin_memory=True)")
-        if isinstance(func, ast.Attribute) and func.attr == "cuda" and self.qualified(func) is None:
+        if qualified in _CPP_LOADERS and loads_cuda_sources(node):
+            self.add(node, "torch.utils.cpp_extension.load")
+        if isinstance(func, ast.Attribute) and func.attr == "cuda" and qualified is None:
             self.add(func, "Tensor.cuda")
-            self.visit(func.value)
-            for child in (*node.args, *node.keywords):
-                self.visit(child)
-            return
-        self.generic_visit(node)
+        return None
 
     # ---------------------------------------------------------------- strings
     def visit_Constant(self, node: ast.Constant) -> None:
+        if node.value.__class__ is not str:
+            return
         if is_device_string(node):
             self.add(node, "compare 'cuda'" if self.in_compare(node) else self._device_api(node))
         elif is_nccl_string(node):
             self.add(node, "compare 'nccl'" if self.in_compare(node) else "backend='nccl'")
 
-    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> int:
         if is_device_string(node):
             self.add(node, "compare 'cuda'" if self.in_compare(node) else self._device_api(node))
-        for value in node.values:
+        for value in node.values:  # the text parts are not strings of their own
+            value._parent = node  # type: ignore[attr-defined]
+            self.nodes.append(value)
             if isinstance(value, ast.FormattedValue):
-                self.visit(value.value)
+                for field in ("value", "format_spec"):
+                    child = getattr(value, field, None)
+                    if child is not None:
+                        self.walk(child, value)
+            else:
+                self.walk(value, node, quiet=True)
+        return _DONE
 
     def _device_api(self, node: ast.AST) -> str:
         call = getattr(node, "_parent", None)
@@ -194,15 +221,43 @@ class _Scanner(ast.NodeVisitor):
         return "device='cuda'"
 
 
+def parse(text: str, path: str = "<string>") -> ast.Module:
+    """The module's tree (scan and port share one parse; `scan_tree` links parents). Raises SyntaxError."""
+    return ast.parse(text, filename=path)
+
+
+def scan_tree(tree: ast.Module, text: str, path: str, imports: Optional[names.Imports] = None) -> List[Finding]:
+    """Findings in a parsed source (`parse`), in source order; every node gets its ``_parent``."""
+    scanner = _Scanner(path, text.splitlines(), imports or names.Imports(tree))
+    scanner.walk(tree, None)
+    tree._nodes = scanner.nodes  # type: ignore[attr-defined]
+    return sorted(scanner.findings, key=lambda f: (f.line, f.col))
+
+
 def scan_source(text: str, path: str = "<string>") -> List[Finding]:
     """Findings in one source, in source order. Raises SyntaxError if it does not parse."""
-    tree = ast.parse(text, filename=path)
-    for parent in ast.walk(tree):
-        for child in ast.iter_child_nodes(parent):
-            child._parent = parent  # type: ignore[attr-defined]
-    scanner = _Scanner(path, text.splitlines())
-    scanner.visit(tree)
-    return sorted(scanner.findings, key=lambda f: (f.line, f.col))
+    if not names.might_have_findings(text):
+        check_syntax(text, path)
+        return []
+    return scan_tree(parse(text, path), text, path)
+
+
+def check_syntax(text: str, path: str) -> None:
+    """Raise SyntaxError where `parse` would, at a third of its cost: compiling to bytecode builds no Python
+    objects for the tree. Bytecode compilation also refuses what a parse accepts (``return`` outside a
+    function): those go to `parse`, which decides."""
+    try:
+        compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError:
+        parse(text, path)
+    except ValueError:  # null bytes: as parse reports them
+        parse(text, path)
+
+
+def cuda_source_finding(path: str, text: str) -> Finding:
+    """The one finding a .cu/.cuh file gets: the whole file is CUDA C++ (a blocker on every vendor)."""
+    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    return Finding(path, 1, max(lines, 1), 1, "CUDA source file", f"CUDA C++ source, {lines} line(s)")
 
 
 def statuses(api: str, profiles: List[str]) -> Dict[str, support.Support]:

@@ -14,22 +14,37 @@ from typing import Iterator, List, Tuple
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".tox", ".nox", "node_modules", "build", "dist"}
 
 
+CUDA_SUFFIXES = (".cu", ".cuh")
+
+
 def python_files(paths: List[str]) -> Iterator[Tuple[str, str]]:
     """(root, file) for every .py file under `paths` (files given are taken as they are).
 
     Raises FileNotFoundError naming a path that does not exist.
     """
+    for root, path in files(paths):
+        if not is_cuda_source(path):
+            yield root, path
+
+
+def files(paths: List[str]) -> Iterator[Tuple[str, str]]:
+    """(root, file) for every .py, .cu and .cuh file under `paths` (files given are taken as they are),
+    in a stable order. Raises FileNotFoundError naming a path that does not exist."""
     for path in paths:
         if os.path.isfile(path):
             yield os.path.dirname(path) or ".", path
         elif os.path.isdir(path):
-            for folder, dirs, files in os.walk(path):
+            for folder, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
-                for name in sorted(files):
-                    if name.endswith(".py"):
+                for name in sorted(names):
+                    if name.endswith((".py",) + CUDA_SUFFIXES):
                         yield path, os.path.join(folder, name)
         else:
             raise FileNotFoundError(f"{path}: no such file or directory; give Python files or directories")
+
+
+def is_cuda_source(path: str) -> bool:
+    return path.endswith(CUDA_SUFFIXES)
 
 
 def read(path: str) -> Tuple[str, str]:

@@ -3,7 +3,9 @@
 Modes: out of tree (`out`, the default: ``<out>/<path relative to its SRC
 root>``), `diff` (a unified diff on stdout, ``a/`` and ``b/`` prefixed, for
 ``patch -p1``), `in_place`. Unparsable files are reported and skipped (copied
-unchanged out of tree).
+unchanged out of tree); ``.cu``/``.cuh`` files are copied unchanged and named in
+unsupported_api.csv. Worker processes (`progress.pool_map`, one per core by
+default) each read, parse, port and write whole files.
 
 Besides the sources, out of tree and in place write the report msFmkTransplt
 users know, to `out` (in place: the current directory):
@@ -29,6 +31,7 @@ from typing import List, NamedTuple, Optional, TextIO
 
 from .. import support
 from . import launch, port, scan, source
+from . import progress as progress_
 
 CHANGE_COLUMNS = ["File", "Start Line", "End Line", "Operation", "Message"]
 UNSUPPORTED_COLUMNS = ["File", "Start Line", "End Line", "API", "Message"]
@@ -52,66 +55,110 @@ class Outcome(NamedTuple):
         return text
 
 
+class _Task(NamedTuple):
+    root: str
+    path: str
+    profile: str
+    unsafe: bool
+    destination: Optional[str]  # out of tree: where the result goes
+    in_place: bool
+    diff: bool
+    keep_text: bool  # the entry script: its ported text comes back
+
+
+class _Result(NamedTuple):
+    path: str
+    status: str  # "transformed" / "skipped" / "failed"
+    changes: List[port.Change]
+    unsafe_skipped: int
+    error: str
+    diff: str
+    text: Optional[str]
+
+
+def _port_one(task: _Task) -> _Result:
+    """Read, parse, scan and port one file, and write it: the whole job of one worker per file."""
+    path = task.path
+    if source.is_cuda_source(path):  # CUDA C++: copied as it is, and named as a blocker
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                finding = scan.cuda_source_finding(path, fh.read())
+        except OSError as exc:
+            return _Result(path, "failed", [], 0, f"{path}: skipped, could not be read: {exc}", "", None)
+        if task.destination:
+            _copy(path, task.destination)
+        reason = support.lookup(task.profile, finding.api).reason
+        row = port.Change(path, finding.line, finding.end_line, "UNSUPPORTED", reason, finding.api)
+        return _Result(path, "skipped", [row], 0, "", "", None)
+    try:
+        text, encoding = source.read(path)
+        result = port.port_source(text, task.profile, path, task.unsafe)
+    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        if task.destination:
+            _copy(path, task.destination)
+        return _Result(path, "failed", [], 0, f"{path}: skipped, could not be parsed: {str(exc).splitlines()[0]}",
+                       "", None)
+    changed = result.text != text
+    diff = ""
+    if task.diff:
+        if changed:
+            name = os.path.relpath(path).replace(os.sep, "/")
+            diff = "".join(difflib.unified_diff(text.splitlines(True), result.text.splitlines(True),
+                                                f"a/{name}", f"b/{name}"))
+    elif task.in_place:
+        if changed:
+            _write(path, result.text, encoding)
+    elif task.destination:
+        _write(task.destination, result.text, encoding)
+    return _Result(path, "transformed" if changed else "skipped", result.changes, result.unsafe_skipped, "", diff,
+                   result.text if task.keep_text else None)
+
+
 def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optional[TextIO] = None,
         in_place: bool = False, unsafe: bool = False, errors: Optional[TextIO] = None,
-        main: Optional[str] = None) -> Outcome:
+        main: Optional[str] = None, jobs: Optional[int] = None, progress: bool = True) -> Outcome:
     """Port every Python file under `paths`; exactly one of out / diff / in_place.
 
     `main`, one of those files, is the entry script the launch script starts
-    (not with `diff`, which writes nothing). Raises FileNotFoundError for a
+    (not with `diff`, which writes nothing). `jobs` worker processes (default:
+    one per core) each port whole files. .cu/.cuh files are copied out of tree
+    unchanged and named in unsupported_api.csv. Raises FileNotFoundError for a
     path that does not exist and ValueError for a `main` that is not ported.
     """
-    files = list(source.python_files(paths))
+    port.check_profile(profile)
+    files = list(source.files(paths))
     entry = None
     if main is not None:
         if diff is not None:
             raise ValueError("--main writes a launch script; --diff writes nothing: drop one of them")
-        entry = next(((root, path) for root, path in files if os.path.abspath(path) == os.path.abspath(main)), None)
+        entry = next(((root, path) for root, path in files if os.path.abspath(path) == os.path.abspath(main)
+                      and not source.is_cuda_source(path)), None)
         if entry is None:
             raise ValueError(f"--main {main}: not among the files being ported; give a .py file under SRC")
     folder = out or os.getcwd()  # where the reports and the launch script go (not with diff)
+    tasks = [_Task(root, path, profile, unsafe, os.path.join(out, os.path.relpath(path, root)) if out else None,
+                   in_place, diff is not None, entry is not None and path == entry[1]) for root, path in files]
     transformed, skipped, failed, changes, unsupported = [], [], [], [], []
     unsafe_skipped = 0
     log: List[str] = []
     main_ported = None  # (where the entry script now is, its ported text)
-    for root, path in files:
-        rel = os.path.relpath(path, root)
-        destination = os.path.join(out, rel) if out else None
-        try:
-            text, encoding = source.read(path)
-            result = port.port_source(text, profile, path, unsafe)
-        except (SyntaxError, UnicodeDecodeError, ValueError, port.cst.ParserSyntaxError) as exc:
-            failed.append(path)
-            log.append(f"{path}: skipped, could not be parsed: {str(exc).splitlines()[0]}")
+    for task, result in zip(tasks, progress_.run_all(_port_one, tasks, "transfer port", jobs, progress)):
+        if result.status == "failed":
+            failed.append(result.path)
+            log.append(result.error)
             if errors is not None:
-                errors.write(log[-1] + "\n")
-            if destination:
-                _copy(path, destination)
+                errors.write(result.error + "\n")
             continue
+        (transformed if result.status == "transformed" else skipped).append(result.path)
         changes.extend(result.changes)
-        left = [[c.file, c.start_line, c.end_line, c.api, c.message] for c in result.changes
-                if c.operation == "UNSUPPORTED"]
-        touched = {c.start_line for c in result.changes}
-        for finding in scan.scan_source(text, path):  # what the table says no target can do, if the port missed it
-            verdict = support.lookup(profile, finding.api)
-            if verdict.cls == support.UNSUPPORTED and finding.line not in touched:
-                left.append([path, finding.line, finding.end_line, finding.api, verdict.reason])
-        unsupported.extend(sorted(left, key=lambda r: r[1]))
+        unsupported.extend(sorted(([c.file, c.start_line, c.end_line, c.api, c.message] for c in result.changes
+                                   if c.operation == "UNSUPPORTED"), key=lambda r: r[1]))
         unsafe_skipped += result.unsafe_skipped
-        changed = result.text != text
-        (transformed if changed else skipped).append(path)
-        if diff is not None:
-            if changed:
-                name = os.path.relpath(path).replace(os.sep, "/")
-                diff.writelines(difflib.unified_diff(text.splitlines(True), result.text.splitlines(True),
-                                                     f"a/{name}", f"b/{name}"))
-        elif in_place:
-            if changed:
-                _write(path, result.text, encoding)
-        elif destination:
-            _write(destination, result.text, encoding)
-        if entry is not None and path == entry[1]:
-            main_ported = (destination or path, result.text)
+        if diff is not None and result.diff:
+            diff.write(result.diff)
+        if result.text is not None:
+            main_ported = (task.destination or result.path, result.text)
+    skipped = [p for p in skipped if not source.is_cuda_source(p)]
     launcher = None
     if entry is not None and main_ported is None:
         log.append(f"{main}: no launch script, the entry script could not be parsed")

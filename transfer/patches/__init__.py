@@ -56,6 +56,8 @@ class PatchContext:
         self.strict = strict
         self.device_selected = False  # the script (or transfer) has chosen a device
         self.env_changes: Dict[str, Any] = {}
+        # What runs otherwise than on CUDA, said once (banner) and listed by status(): {what: what instead}
+        self.substitutions: Dict[str, str] = {}
         self._warned: Set[str] = set()
 
     def warn_once(self, api: str, message: str) -> None:

@@ -13,7 +13,6 @@ safe default for the CUDA-only helpers torch itself calls once
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import types
 import warnings
@@ -21,11 +20,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import support
+from .. import frames, support
 from ..errors import UnsupportedCudaAPI
 from ..likeness import alias_class
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 # Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
 # works through the torch.amp patches, nvtx is handled below.
@@ -159,8 +156,8 @@ def _negative_selects_nothing(translate: Callable) -> Callable:
 
 
 def _called_by_torch() -> bool:
-    """True when the caller of the patched function is torch's own code."""
-    return sys._getframe(2).f_code.co_filename.startswith(_TORCH_DIR)
+    """True when the caller of the patched function is torch's own code (`frames.called_by_torch`)."""
+    return frames.called_by_torch(sys._getframe(2))
 
 
 def _warning(ctx, name: str, impl: Callable, message: str) -> Callable:

@@ -17,6 +17,7 @@ import torch.utils._device
 import torch.utils.data
 
 from ._calls import device_first
+from ..devices import parse_cuda
 
 
 def apply(ctx) -> None:
@@ -28,7 +29,7 @@ def apply(ctx) -> None:
         if is_cpu:
             kwargs["pin_memory"] = False
             kwargs.pop("pin_memory_device", None)
-        elif isinstance(kwargs.get("pin_memory_device"), str) and kwargs["pin_memory_device"].lower().startswith("cuda"):
+        elif isinstance(kwargs.get("pin_memory_device"), str) and parse_cuda(kwargs["pin_memory_device"]) is not None:
             kwargs["pin_memory_device"] = device_type
         return wrapped(*args, **kwargs)
 

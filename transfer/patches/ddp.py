@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..devices import raise_as_torch
+
 
 def apply(ctx) -> None:
     translate = ctx.target.translator("DistributedDataParallel(device_ids)")
@@ -27,6 +29,8 @@ def apply(ctx) -> None:
                 continue
             if value is not None:
                 if on_cpu:
+                    for spec in (value if name == "device_ids" else [value]):
+                        raise_as_torch(spec)  # 'CUDA:0' fails as in torch's DDP
                     value = None  # a CPU module takes no device_ids
                 elif name == "device_ids":
                     value = [translate(v) for v in value]

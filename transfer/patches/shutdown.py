@@ -35,25 +35,31 @@ The cause (gdb on the core of an aborted rank):
 
 The fix: before finalization, wait until no C++ thread still holds such a
 Context, with the GIL released so that a thread waiting for it gets it. To
-know when that is, `apply` sets a ContextVar in the installing (main)
-thread's context to a weak-referenceable sentinel; every Context that
-``_engine_run_backward`` copies from that context refers to it. The atexit
-hook clears the variable in the main context, so the sentinel lives exactly as
-long as some copy made by a backward pass does, then sleeps in 1 ms steps
-(each one releases the GIL) until the sentinel is freed, for at most
-``DRAIN_TIMEOUT_S`` (a collective that can never complete, e.g. its peer
-died, keeps its Context: the exit then proceeds after the timeout). Normal
-exits wait about a millisecond. The hook is registered at install time, so it
-runs after the atexit hooks of user code (which may still train) and before
-those registered earlier; uninstall unregisters it. No ``os._exit``: the exit
-code, later atexit hooks and stream flushing behave as usual.
+know when that is, `apply` wraps ``_engine_run_backward`` (``shutdown.backward``): while a backward
+pass runs, a ContextVar holds a weak-referenceable sentinel, so the Context
+that the backward copies, and every snapshot of it a collective or device
+thread keeps, refers to the sentinel; nothing else does (an asyncio task, a
+thread started with a copied context, a pending callback: none is waited
+for). The atexit hook sleeps in 1 ms steps (each one releases the GIL) until
+the sentinel is freed, for at most ``DRAIN_TIMEOUT_S``; when it gives up (a
+collective that can never complete, e.g. its peer died, keeps its Context) it
+says so at WARNING level and the exit proceeds. Normal exits wait about a
+millisecond.
 
-Not covered: on torch 2.0, whose backward copies no Context, the drain only
-releases the GIL once (a thread already waiting for it gets it; a collective
-still running at exit is not waited for); backward passes run from other
-Python threads (their contexts do not start from the main one) and Python
-objects other than the Context (torch function modes, saved-tensor hooks)
-captured by collectives.
+Armed only where the abort can happen: a backward pass that runs while a
+process group exists (its collectives run on backend threads) or on a vendor
+device (autograd device threads). A cpu-target backward with no process group
+runs on the calling thread and sets nothing. The hook is registered at
+install time, so it runs after the atexit hooks of user code (which may still
+train) and before those registered earlier; uninstall unregisters it and puts
+the original ``_engine_run_backward`` back. No ``os._exit``: the exit code,
+later atexit hooks and stream flushing behave as usual.
+
+Not covered: torch 2.0-2.x without ``_engine_run_backward`` (their backward
+copies no Context): the drain only releases the GIL once (a thread already
+waiting for it gets it; a collective still running at exit is not waited
+for); Python objects other than the Context (torch function modes,
+saved-tensor hooks) captured by collectives.
 """
 
 from __future__ import annotations
@@ -66,59 +72,94 @@ import weakref
 
 logger = logging.getLogger("transfer")
 
-#: Longest wait at exit for C++ threads to release the Python objects they hold.
-# 10 s, not 3: a rank whose peer is slow (a loaded machine) waits for its last collective to complete
-# before the Context is released. With 3 s, one spawn worker aborted at exit in a CI-like run on a loaded
-# machine (not reproduced in 6 quiet runs); the wait ends as soon as the Context is freed.
-DRAIN_TIMEOUT_S = 10.0
+#: Longest wait at exit for C++ threads to release the Python objects they hold. Normal exits wait about a
+# millisecond; the wait only runs to its end when a backward's collective never completes. 3 s once let a spawn
+# worker abort at exit in a CI-like run on a loaded machine (its peer's last collective was that late); 5 s is
+# the cap, and giving up is said at WARNING level.
+DRAIN_TIMEOUT_S = 5.0
 
 _SENTINEL = contextvars.ContextVar("transfer_exit_sentinel", default=None)
 
 
 class _Sentinel:
-    """Referenced by every Context copied from the main one while installed."""
+    """Referenced by every Context a backward pass copied while armed."""
 
     __slots__ = ("__weakref__",)
+
+
+class _Armed:
+    """The weak reference to the current sentinel (None before the first armed backward)."""
+
+    def __init__(self):
+        self.ref = None
+
+    def sentinel(self) -> _Sentinel:
+        """The live sentinel, or a new one: backward passes share it while any of their copies lives."""
+        sentinel = self.ref() if self.ref is not None else None
+        if sentinel is None:
+            sentinel = _Sentinel()
+            self.ref = weakref.ref(sentinel)
+        return sentinel
 
 
 def apply(ctx) -> None:
     if not ctx.registry.enabled("shutdown.drain"):
         return
-    sentinel = _Sentinel()
-    token = _SENTINEL.set(sentinel)
-    ref = weakref.ref(sentinel)
-    del sentinel  # only the ContextVar (and copies of its context) keep it alive
+    import torch
+    import torch.autograd
+
+    state = _Armed()
+    original = getattr(torch.autograd, "_engine_run_backward", None)
+    if original is not None:  # torch >= 2.4; before it, backward copies no Context
+        needs = _armed_when(ctx, torch)
+
+        def _engine_run_backward(*args, **kwargs):
+            if not needs():
+                return original(*args, **kwargs)
+            token = _SENTINEL.set(state.sentinel())
+            try:
+                return original(*args, **kwargs)
+            finally:
+                _SENTINEL.reset(token)
+
+        # torch.autograd.backward and grad call the name torch/autograd/__init__.py imported from .graph.
+        ctx.registry.replace("shutdown.backward", torch.autograd, "_engine_run_backward", _engine_run_backward)
 
     def at_exit() -> None:
-        drain(ref)
+        drain(state.ref)
 
     atexit.register(at_exit)
+    ctx.registry.on_revert("shutdown.drain", lambda: atexit.unregister(at_exit))
 
-    def undo() -> None:
-        atexit.unregister(at_exit)
-        try:
-            _SENTINEL.reset(token)
-        except ValueError:  # uninstalled from another context
-            _SENTINEL.set(None)
 
-    ctx.registry.on_revert("shutdown.drain", undo)
+def _armed_when(ctx, torch):
+    """When a backward pass can leave its Context with a C++ thread: a predicate, asked per backward."""
+    if not ctx.profile.is_cpu:
+        return lambda: True  # autograd device threads run the backward of every non-CPU device
+    dist = torch.distributed
+    if not dist.is_available():
+        return lambda: False
+    return dist.is_initialized  # collectives launched from backward hooks run on backend threads
 
 
 def drain(ref, timeout: float = DRAIN_TIMEOUT_S) -> bool:
     """Release the GIL until every Context copy holding the sentinel is gone.
 
-    Returns True when the sentinel was freed within `timeout` seconds.
+    `ref` is a weak reference to the sentinel, or None when no backward was
+    armed. Returns True when the sentinel was freed within `timeout` seconds.
     """
     _SENTINEL.set(None)  # from now on only copies made by backward passes hold it
     # torch 2.0 copies no Context in backward: nothing shows a thread waiting for the GIL, so yield it once.
     time.sleep(0.001)
-    if ref() is None:
+    if ref is None or ref() is None:
         return True
     start = time.monotonic()
     while ref() is not None:
         if time.monotonic() - start > timeout:
-            logger.debug("transfer: a C++ thread still holds a backward pass's context after %.1fs; "
-                         "exiting anyway", timeout)
+            logger.warning("transfer: at exit, a C++ thread still holds the context of a backward pass after "
+                           "%.1f s (a collective that never completed, e.g. its peer died?); exiting anyway. "
+                           "The process may abort with \"terminate called without an active exception\". "
+                           "TRANSFER_DISABLE=shutdown skips this wait.", timeout)
             return False
         time.sleep(0.001)  # releases the GIL: a thread waiting for it to drop a Context gets it
     logger.debug("transfer: exit drain took %.1f ms", (time.monotonic() - start) * 1000)

@@ -39,12 +39,17 @@ def _cuda(ctx):
     translator = ctx.target.translator("Tensor.cuda")
     preserve = torch.preserve_format
     last = _NOTHING_SEEN
+    native_cuda, probe = _TensorBase.cuda, torch.empty(0)
 
     def translate(device):
         """The slow path: the memo missed."""
         nonlocal last
         spec = "cuda" if device is None else device  # None: the current device
         result = translator(spec)
+        if result is spec:
+            # Not a CUDA device ('cpu', 'CUDA:0', 'cuda:01'): torch's own C method
+            # raises CUDA's error for it ("Invalid device, must be cuda device", the parser's).
+            native_cuda(probe, device)
         if type(spec) in DEVICE_SPEC_TYPES:
             last = (device, result)
         return result

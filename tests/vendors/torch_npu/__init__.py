@@ -67,6 +67,19 @@ from . import _ascend, _graphs  # noqa: E402
 _ascend.extend(npu, _sys.modules[__name__])
 _graphs.extend(npu, _sys.modules[__name__])
 
+
+
+def _module_npu(self, device=None):
+    """torch_npu 2.13's ``torch.nn.Module.npu`` (torch_npu/utils/_module.py), which replaces torch's generated
+    one: the argument is an index (``torch.device("npu", device)``), so a device or a string raises TypeError,
+    where ``Tensor.npu`` (torch's generated method) takes an index, a string or a device."""
+    device = torch.device("npu", device) if device is not None else torch.device("npu")
+    return self._apply(lambda t: t.npu(device))
+
+
+_module_npu.__name__ = _module_npu.__qualname__ = "npu"
+torch.nn.Module.npu = _module_npu
+
 # torch_npu adds this to torch.distributed (torch_npu/_init/patches/distributed_patches.py).
 if not hasattr(torch.distributed, "is_hccl_available"):
     torch.distributed.is_hccl_available = lambda: True

@@ -1,0 +1,83 @@
+"""Whose code is a frame: torch's own, transfer's plumbing, or the user's.
+
+The one place that decides it, for the report's first call site
+(`transfer.devices`), the per-call-site log (`transfer.calllog`) and the
+warnings that torch's own calls must not trigger (`patches.cuda_namespace`).
+
+A file is torch's when it lies inside torch's package directory, tested with
+the trailing separator: ``site-packages/torchvision/`` and
+``site-packages/torch_npu/`` are siblings of ``site-packages/torch/``, not
+part of it. Transfer's own files, the import machinery (``<frozen ...>``) and
+``typing_extensions`` (whose ``@deprecated`` wraps torch.cuda.amp's old APIs)
+are plumbing: skipped when looking for who called. The verdict is cached per
+file name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, Optional
+
+import torch
+
+
+def package_dir(init_file: str) -> str:
+    """The directory of a package's ``__init__.py``, with a trailing separator."""
+    return os.path.join(os.path.dirname(os.path.abspath(init_file)), "")
+
+
+TORCH_DIR = package_dir(torch.__file__)
+PACKAGE_DIR = package_dir(__file__)  # transfer's
+
+TORCH, PLUMBING, USER = "torch", "plumbing", "user"
+# file name -> kind. Keyed by the name, not the code object: code objects compare equal across
+# files (co_filename is not part of their equality), so one file's verdict would answer for another's.
+_KINDS: Dict[str, str] = {}
+
+
+def file_kind(filename: str) -> str:
+    """`TORCH`, `PLUMBING` (transfer, import machinery, typing_extensions) or `USER`."""
+    if filename.startswith(TORCH_DIR):
+        return TORCH
+    if filename.startswith((PACKAGE_DIR, "<frozen")) or os.path.basename(filename) == "typing_extensions.py":
+        return PLUMBING
+    return USER
+
+
+def kind(code) -> str:
+    """`file_kind` of a code object's file, cached."""
+    filename = code.co_filename
+    known = _KINDS.get(filename)
+    if known is None:
+        known = _KINDS[filename] = file_kind(filename)
+    return known
+
+
+def is_internal(code) -> bool:
+    """torch's or transfer's (or plumbing): not the user's code."""
+    return kind(code) != USER
+
+
+def user_frame(frame) -> Optional[Any]:
+    """The nearest frame, from `frame` outwards, that is the user's code (None: there is none)."""
+    while frame is not None and kind(frame.f_code) != USER:
+        frame = frame.f_back
+    return frame
+
+
+def called_by_torch(frame) -> bool:
+    """True when the nearest caller outside transfer's plumbing, from `frame` outwards, is torch's own code
+    (SyncBatchNorm's forward asking ``torch.cuda.is_available()``, ``torch.manual_seed`` seeding CUDA)."""
+    while frame is not None:
+        found = kind(frame.f_code)
+        if found != PLUMBING:
+            return found == TORCH
+        frame = frame.f_back
+    return False
+
+
+def caller_site(depth: int = 1) -> str:
+    """``file:line`` of the user's frame nearest to the caller's caller (`depth` frames up from the caller)."""
+    frame = user_frame(sys._getframe(depth + 1))
+    return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"

@@ -1,0 +1,118 @@
+"""The rehearsal: ``transfer-run --plan npu --log DIR`` on the cluster a team already has.
+
+With ``TRANSFER_PLAN=<profile>`` and ``TRANSFER_LOG=<dir>``, every CUDA-facing
+call site of the job is logged (`transfer.calllog`) with what the *planned*
+target will do with it, from the support table: its class (translated, no-op,
+placeholder, unsupported), what the call becomes there ("became": ``cuda:1 ->
+npu:1``) and why ("reason"). Each record names the plan (``"plan": "npu"``).
+
+* Where transfer runs the job (a vendor, the cpu target), the shim translates
+  as always and the log classifies for the plan (calllog reads TRANSFER_PLAN).
+* On real CUDA, where ``auto`` installs nothing, `observe` installs nothing
+  that changes a result: each CUDA-facing entry point (the ``torch.cuda``
+  functions, ``Tensor.cuda``/``to``, ``Module.cuda``/``to``, the factories, the
+  process-group, DDP, SyncBatchNorm, DataParallel, amp and ``torch.load``
+  calls) is recorded in the registry as its own replacement, and calllog puts
+  its logging layer over it: the job runs natively, at full speed but for the
+  log's cost (one frame lookup and one set lookup per call from a known site),
+  and `transfer.uninstall()` takes the layers off.
+
+Not seen on CUDA: ``Tensor.is_cuda`` reads (a C getter; a Python property would
+tax every read) and imports of CUDA-only packages (``transfer scan`` names
+those).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional
+
+import torch
+
+from . import support
+
+
+def _functions() -> List[tuple]:
+    """(registry name, owner, attribute) of each function observed on CUDA (calllog's layer goes over it)."""
+    found = []
+    for name in support.CUDA_NAMES:
+        value = getattr(torch.cuda, name, None)
+        if callable(value) and not isinstance(value, type) and not name.startswith("_"):
+            found.append((f"cuda_namespace.{name}", torch.cuda, name))
+    found += [("tensor.cuda", torch.Tensor, "cuda"), ("tensor.to", torch.Tensor, "to"),
+              ("module.cuda", torch.nn.Module, "cuda"), ("module.to", torch.nn.Module, "to")]
+    try:
+        from torch.utils._device import _device_constructors
+
+        for fn in _device_constructors():
+            name = getattr(fn, "__name__", "")
+            if name and getattr(torch, name, None) is fn:
+                found.append((f"factories.{name}", torch, name))
+    except ImportError:  # pragma: no cover - torch without the constructor list
+        pass
+    return found
+
+
+#: Constructors and calls whose record calllog's wrapper path makes (it sees what they are given).
+#: (SyncBatchNorm's constructor: calllog.attach watches it itself.)
+_WRAPPED = (("ddp.init", "torch.nn.parallel", "DistributedDataParallel"),
+            ("data_parallel.init", "torch.nn", "DataParallel"), ("serialization.load", "torch", "load"))
+
+
+def _backend_call(log, name: str, fn):
+    """init_process_group / new_group logged with the planned backend ('nccl' or None -> hccl)."""
+    import functools
+
+    from . import frames
+
+    profile, seen = log.profile, set()
+    entry = support.lookup(profile.name, f"torch.distributed.{name}")
+
+    @functools.wraps(fn)
+    def logged(*args, **kwargs):
+        frame = frames.user_frame(__import__("sys")._getframe(1))
+        if frame is not None and (frame.f_code, frame.f_lasti) not in seen:
+            seen.add((frame.f_code, frame.f_lasti))
+            backend = kwargs.get("backend", args[0] if args and name == "init_process_group" else None)
+            if backend is None or "nccl" in str(backend).lower():
+                log.add(f"torch.distributed.{name}", frame, args, kwargs, entry.cls,
+                        f"backend {backend!r} -> {profile.backend!r}")
+        return fn(*args, **kwargs)
+
+    return logged
+
+
+def observe(directory: str, profile_name: Optional[str] = None) -> Any:
+    """Log every CUDA-facing call site of this process for the planned target, changing nothing.
+
+    Returns the context; ``ctx.registry.revert_all()`` takes the layers off.
+    """
+    import importlib
+
+    from . import calllog
+    from .patches import PatchContext
+    from .registry import Registry
+
+    if profile_name is not None:
+        os.environ["TRANSFER_PLAN"] = profile_name
+    profile = calllog.planned_profile()
+    if profile is None:
+        raise ValueError("observe() needs a planned target: TRANSFER_PLAN=<profile> or profile_name")
+    registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
+    for name, owner, attribute in _functions():
+        registry.replace(name, owner, attribute, getattr(owner, attribute))
+    for name, module, attribute in _WRAPPED:
+        owner = importlib.import_module(module)
+        target = getattr(owner, attribute)
+        if isinstance(target, type):
+            registry.wrap(name, target, "__init__", lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs))
+        else:
+            registry.wrap(name, owner, attribute, lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs))
+    ctx = PatchContext(profile=profile, registry=registry, target=calllog._plan_target(profile), runtime=None)
+    ctx.log = calllog.attach(ctx, directory)
+    if torch.distributed.is_available():
+        import torch.distributed as dist
+
+        for name in ("init_process_group", "new_group"):
+            registry.replace(f"distributed.plan_{name}", dist, name, _backend_call(ctx.log, name, getattr(dist, name)))
+    return ctx
