@@ -3,7 +3,7 @@
 apex asks CUDA's autocast (``torch.is_autocast_enabled()``,
 ``torch.get_autocast_gpu_dtype()``) and casts models to float16; on the
 target these questions concern the target's device type, and "float16"
-means what the target's autocast makes of a float16 request (`half_dtype`:
+means what the target's autocast makes of a CUDA float16 request (`half_dtype`:
 bfloat16 on the cpu target unless TRANSFER_CPU_AMP_DTYPE=float16, decided by
 transfer's amp patch, asked here rather than repeated). Version differences
 (torch < 2.4 has no device argument to the autocast getters) live here.
@@ -40,10 +40,13 @@ def autocast_dtype(device_type: str) -> torch.dtype:
 
 
 def half_dtype(device_type: str) -> torch.dtype:
-    """The dtype a float16 autocast request gets on `device_type` under the active target's policy."""
+    """The dtype CUDA's float16 becomes on the target: what the target's autocast makes of a CUDA
+    float16 request (transfer's amp patch decides: bfloat16 on the cpu target unless
+    TRANSFER_CPU_AMP_DTYPE=float16, float16 on the vendors). `device_type` is the target's."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.autocast(device_type=device_type, dtype=torch.float16).fast_dtype
+        dtype = torch.autocast(device_type="cuda", dtype=torch.float16).fast_dtype
+    return dtype if dtype in (torch.float16, torch.bfloat16) else torch.float16
 
 
 def cast_if_autocast_enabled(device_type: str, *args):
