@@ -6,9 +6,7 @@ hyper-parameters. The stand-ins run the same checks in subprocesses
 (tests/scripts/thirdparty/apex_numerics.py, test_apex_numerics_on_standins).
 """
 
-import logging
 import os
-import sys
 
 import pytest
 import torch
@@ -370,7 +368,6 @@ def test_amp_initialize_returns_what_apex_returns(capsys):
 
     m1, m2 = _mlp(), _mlp()
     o1 = torch.optim.SGD(m1.parameters(), lr=0.1)
-    o2 = torch.optim.SGD(m2.parameters(), lr=0.1)
     model, opt = amp.initialize(m1, o1, opt_level="O1")
     assert model is m1 and opt is o1
     assert "Selected optimization level O1" in capsys.readouterr().out  # apex's print (verbosity=1)

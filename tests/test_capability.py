@@ -17,7 +17,6 @@ numbering (3, 0): every `>= (8, 0)` gate took the fp16 path, also on bf16 hardwa
 """
 
 import logging
-import os
 
 import pytest
 import torch
