@@ -48,6 +48,8 @@ KNOWN = {
         "device_strings": {"/cpu/factory/is_cuda", "/cpu:0/factory/is_cuda", "/cuda/factory/index",
                            "/cuda:0/factory/index", "/cuda:1/factory/index"},
         "rng_device_ops_leave_cpu_stream": {"/after_device_ops["},
+        # host tensors are the target's tensors there: a kernel registered for CUDA runs for them too
+        "library_cuda_kernel": {"/host"},
     },
     "npu": {},
     "sdaa": {},
