@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, python, run
+from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
 
 pytestmark = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)  # every test here runs a stand-in
 
@@ -40,7 +40,7 @@ def test_script_importing_the_vendor_plugin_first(vendor, way, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(VENDOR_FIRST.format(v=vendor))
     if way == "runner":
-        proc = run(["transfer-run", sys.executable, str(script)], env=clean_env(PYTHONPATH=VENDORS, TRANSFER_QUIET=1),
+        proc = run([console_script("transfer-run"), sys.executable, str(script)], env=clean_env(PYTHONPATH=VENDORS, TRANSFER_QUIET=1),
                    timeout=600)
     else:
         device = vendor if way == "env" else "auto"
