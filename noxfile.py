@@ -1,21 +1,35 @@
 """Test sessions: the wheel users install, on the torch versions they have.
 
+    nox -s fast                  the fast tier (pytest -m "not slow"): the edit loop, under 3 minutes
     nox -s tests                 the full suite on the default torch (2.13.0, Python 3.11)
+    nox -s nvidia_env            the fast tier inside NVIDIA's container variables (NCCL_VERSION,
+                                 CUDA_VISIBLE_DEVICES=0, CUDA_HOME, ...): no test may depend on them
     nox -s compat                the compat suite on the CI pairs (torch 2.0.1/Py 3.8, 2.1.2/3.10, 2.14.1/3.12)
     nox -s compat -- 2.6.0 2.9.1 ... on those torch versions (each with its Python from TORCH_PYTHON)
     nox -s compat -- all         ... on every minor release from 2.0 to 2.14 (about 15 x 5 GB of venvs)
-    nox -s quickstart            the README's quick start on a fresh environment with no torch
+    nox -s standins              every stand-in test (pytest -m standins: device checks, DDP, backend
+                                 quirks, clean exit) on the oldest and newest torch a stand-in exists
+                                 for (2.1.2, 2.14.1), or on the versions given after --
+    nox -s quickstart            the README's quick start on a fresh environment with no torch, then
+                                 `transfer port` from the installed wheel
+    nox -s results               README's results table from the junit files of the runs (docs/results/)
 
 Every session builds the wheel from this checkout, installs it (with its
-dependencies, so the dependency specification is exercised) into a fresh
-virtual environment that already holds the torch under test, checks that
-installing left that torch exactly as it was, and runs the tests from a copy
-of tests/ + examples/ + benchmarks/ outside the checkout: ``import transfer``
-can only find the installed copy (TESTING_INSTALLED_TRANSFER=1 makes the suite
-assert it). Virtual environments live in .nox/<session>-torch-<version>;
-one is reused when it already holds that torch (TRANSFER_NOX_FRESH=1 rebuilds).
-`nox -s compat --install-only` prepares the environments without testing
+dependencies, so the dependency specification is exercised) into a virtual
+environment that already holds the torch under test, checks that installing
+left that torch exactly as it was, and runs the tests from a copy of tests/ +
+examples/ + benchmarks/ outside the checkout: ``import transfer`` can only find
+the installed copy (TESTING_INSTALLED_TRANSFER=1 makes the suite assert it).
+Virtual environments live in .nox/<tests|compat>-torch-<version> (fast, tests
+and nvidia_env share one; compat and standins share one per torch); one is
+reused when it already holds that torch (TRANSFER_NOX_FRESH=1 rebuilds).
+`nox -s compat standins --install-only` prepares the environments without testing
 (.ci/run does that in the background while the full suite runs).
+Arguments after `--` of fast / tests / nvidia_env go to pytest (`nox -s fast -- -k ways_in -x`).
+
+Each pytest run writes .nox/junit/<session>-torch-<version>.xml; `nox -s results`
+copies them to docs/results/ and writes README's results table from them
+(docs/results.py; CI checks that the table is what those files say).
 """
 
 from __future__ import annotations
@@ -29,11 +43,15 @@ import time
 
 import nox
 
-nox.options.sessions = ["tests", "compat", "quickstart"]
+nox.options.sessions = ["tests", "nvidia_env", "compat", "standins", "quickstart"]
 nox.options.download_python = "never"
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 WORK = os.path.join(ROOT, ".nox")
+JUNIT = os.path.join(WORK, "junit")
+
+#: The distribution name on PyPI (`transfer` there is an unrelated project); the import name is transfer.
+DISTRIBUTION = "cuda-transfer"
 
 #: The torch releases we support, each with the Python it is tested on. Together they span
 #: Python 3.8-3.12; each pair is one torch ships a wheel for (2.5+ has none for 3.8).
@@ -56,8 +74,26 @@ TORCH_PYTHON = {
 }
 DEFAULT_TORCH = "2.13.0"
 CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
+#: The oldest and newest torch a vendor plug-in (so a stand-in) exists for: torch 2.0 has no PrivateUse1 hooks.
+STANDIN_PAIRS = ("2.1.2", "2.14.1")
 TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg")
-TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "libcst>=1.0", "safetensors"]
+TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "safetensors"]
+#: The fast tier: everything not marked slow (markers: tests/conftest.py).
+FAST = ("-m", "not slow")
+#: What NVIDIA's CUDA container images set (nvidia/cuda, and torch wheels run inside them), with a GPU that
+#: this machine lacks: the fast tier must give the same result with them (issue 18).
+NVIDIA_ENV = {
+    "NCCL_VERSION": "2.28.3-1",
+    "CUDA_VERSION": "13.0.2",
+    "CUDA_HOME": "/usr/local/cuda",
+    "CUDA_VISIBLE_DEVICES": "0",
+    "TORCH_CUDA_ARCH_LIST": "8.0 8.6 9.0+PTX",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    "NVIDIA_REQUIRE_CUDA": "cuda>=13.0",
+    "NV_CUDA_LIB_VERSION": "13.0.2-1",
+    "LIBRARY_PATH": "/usr/local/cuda/lib64/stubs",
+}
 
 
 def find_python(version: str) -> str:
@@ -85,7 +121,7 @@ def build_wheel(session: nox.Session) -> str:
     with open(os.path.join(WORK, "build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         session.run_install(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
-    (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
+    (wheel,) = glob.glob(os.path.join(dist, DISTRIBUTION.replace("-", "_") + "-*.whl"))
     return wheel
 
 
@@ -95,7 +131,10 @@ def torch_requirements(torch: str) -> list:
 
 
 def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=()) -> str:
-    """A venv holding torch==`torch`, the test requirements and the wheel; returns its python."""
+    """A venv holding torch==`torch`, the test requirements, `extra` and the wheel; returns its python.
+
+    An existing venv holding that torch is reused; requirements it lacks are installed (a venv made by
+    `nox -s fast` gets the frameworks when `nox -s tests` first uses it)."""
     venv = os.path.join(WORK, f"{name}-torch-{torch}")
     python = os.path.join(venv, "bin", "python")
     fresh = os.environ.get("TRANSFER_NOX_FRESH") or not os.path.exists(python)
@@ -105,14 +144,23 @@ def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=
         shutil.rmtree(venv, ignore_errors=True)
         session.run_install(find_python(TORCH_PYTHON[torch]), "-m", "venv", venv, external=True)
         session.run_install(python, "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
-        session.run_install(python, "-m", "pip", "install", "-q", *torch_requirements(torch), *TEST_REQUIREMENTS,
-                            *extra, external=True)
+        session.run_install(python, "-m", "pip", "install", "-q", *torch_requirements(torch), external=True)
+    wanted = [*TEST_REQUIREMENTS, *extra]
+    stamp = os.path.join(venv, "requirements-installed.txt")
+    have = open(stamp).read().split("\n") if os.path.exists(stamp) else []
+    if not set(wanted) <= set(have):
+        session.run_install(python, "-m", "pip", "install", "-q", *wanted, external=True)
+        if not install_only(session):
+            with open(stamp, "w") as fh:
+                fh.write("\n".join(sorted(set(have) | set(wanted))))
     before = installed_torch(python)
+    if installed_version(python, "transfer"):  # a venv made before the rename holds this wheel as `transfer`
+        session.run_install(python, "-m", "pip", "uninstall", "-q", "-y", "transfer", external=True)
     session.run_install(python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", wheel, external=True)
     session.run_install(python, "-m", "pip", "install", "-q", wheel, external=True)  # resolves the dependencies
     after = installed_torch(python)
     if before != after:
-        session.error(f"installing transfer changed torch from {before} to {after}")
+        session.error(f"installing {DISTRIBUTION} changed torch from {before} to {after}")
     probe = ("import os, transfer; assert os.path.exists(os.path.join(os.path.dirname(transfer.__file__), "
              "'bootstrap', 'sitecustomize.py')), 'no bootstrap'")
     found = subprocess.run([python, "-c", probe], cwd=WORK, capture_output=True, text=True)
@@ -122,10 +170,14 @@ def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=
     return python
 
 
-def installed_torch(python: str) -> str:
-    out = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+def installed_version(python: str, distribution: str) -> str:
+    out = subprocess.run([python, "-c", f"import importlib.metadata as m; print(m.version({distribution!r}))"],
                          capture_output=True, text=True)
-    return out.stdout.strip().split("+")[0] if out.returncode == 0 else ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def installed_torch(python: str) -> str:
+    return installed_version(python, "torch").split("+")[0]
 
 
 def test_tree(name: str) -> str:
@@ -142,12 +194,34 @@ def test_tree(name: str) -> str:
     return tree
 
 
-def run_pytest(session: nox.Session, python: str, tree: str, wheel: str, *args: str) -> None:
-    """pytest in `tree` with the venv's python; its bin first on PATH (transfer-run, torchrun)."""
-    env = {"TESTING_INSTALLED_TRANSFER": "1", "WHEEL_UNDER_TEST": wheel,
-           "PATH": os.path.dirname(python) + os.pathsep + os.environ["PATH"]}
+def junit_path(session: nox.Session, torch: str) -> str:
+    os.makedirs(JUNIT, exist_ok=True)
+    return os.path.join(JUNIT, f"{session.name}-torch-{torch}.xml")
+
+
+def run_pytest(session: nox.Session, python: str, tree: str, wheel: str, *args: str, junit: str = "",
+               env=None) -> float:
+    """pytest in `tree` with the venv's python; its bin first on PATH (transfer-run, torchrun).
+    Returns the wall time in seconds; with `junit` the results are written there."""
+    run_env = {"TESTING_INSTALLED_TRANSFER": "1", "WHEEL_UNDER_TEST": wheel,
+               "PATH": os.path.dirname(python) + os.pathsep + os.environ["PATH"], **(env or {})}
+    options = [f"--junitxml={junit}", "-o", "junit_family=xunit1"] if junit else []
+    start = time.monotonic()
     with session.chdir(tree):
-        session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, external=True, env=env)
+        session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, *args, external=True,
+                    env=run_env)
+    return time.monotonic() - start
+
+
+@nox.session(venv_backend="none")
+def fast(session: nox.Session) -> None:
+    """The fast tier against the installed wheel, default torch: the edit loop (README "Run the tests")."""
+    start = time.monotonic()
+    wheel = build_wheel(session)
+    python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel)
+    seconds = run_pytest(session, python, test_tree("fast"), wheel, *FAST, "tests", *session.posargs,
+                         junit=junit_path(session, DEFAULT_TORCH))
+    session.log(f"fast tier: pytest {seconds:.0f} s, session {time.monotonic() - start:.0f} s")
 
 
 @nox.session(venv_backend="none")
@@ -155,64 +229,69 @@ def tests(session: nox.Session) -> None:
     """The full suite, default torch, against the installed wheel."""
     wheel = build_wheel(session)
     python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel, extra=framework_requirements())
-    run_pytest(session, python, test_tree("tests"), wheel, "tests", *session.posargs)
+    run_pytest(session, python, test_tree("tests"), wheel, "tests", *session.posargs,
+               junit=junit_path(session, DEFAULT_TORCH))
 
 
 @nox.session(venv_backend="none")
-def compat(session: nox.Session) -> None:
-    """The compat suite (pytest -m compat) on the CI pairs, or on the torch versions given after --."""
-    versions = list(session.posargs) or list(CI_PAIRS)
+def nvidia_env(session: nox.Session) -> None:
+    """The fast tier with NVIDIA's container variables set (NVIDIA_ENV): an environment assumption fails here."""
+    wheel = build_wheel(session)
+    python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel)
+    session.log("with " + " ".join(f"{k}={v}" for k, v in NVIDIA_ENV.items()))
+    run_pytest(session, python, test_tree("nvidia"), wheel, *FAST, "tests", *session.posargs,
+               junit=junit_path(session, DEFAULT_TORCH), env=NVIDIA_ENV)
+
+
+def torch_versions(session: nox.Session, default) -> list:
+    versions = list(session.posargs) or list(default)
     if versions == ["all"]:
         versions = list(TORCH_PYTHON)
     unknown = [v for v in versions if v not in TORCH_PYTHON]
     if unknown:
         session.error(f"unknown torch {unknown}; known: {', '.join(TORCH_PYTHON)} (add a line to TORCH_PYTHON)")
+    return versions
+
+
+def per_torch(session: nox.Session, default, *pytest_args: str) -> None:
+    """pytest `pytest_args` against the wheel on each torch (shared venvs .nox/compat-torch-<v>); every
+    version runs, the session fails at the end if any did."""
+    versions = torch_versions(session, default)
     wheel = build_wheel(session)
-    rows, failed = [], []
-    for torch in versions:  # every version runs; the session fails at the end if any did
-        start = time.monotonic()
+    failed = []
+    for torch in versions:
         python = prepare_venv(session, "compat", torch, wheel)
         if install_only(session):
             continue
-        prepared = time.monotonic() - start
-        results = os.path.join(WORK, f"compat-{torch}.xml")
         try:
-            run_pytest(session, python, test_tree(f"compat-{torch}"), wheel, "-m", "compat", f"--junitxml={results}",
-                       "tests")
+            run_pytest(session, python, test_tree(f"{session.name}-{torch}"), wheel, *pytest_args, "tests",
+                       junit=junit_path(session, torch))
         except nox.command.CommandFailed:
             failed.append(torch)
-        rows.append(table_row(torch, python, prepared, results))
-    if rows:
-        table = "\n".join(["| torch | Python | tests passed | failed | skipped | test time | environment |",
-                           "|---|---|---|---|---|---|---|", *rows])
-        with open(os.path.join(WORK, "compat-table.md"), "w") as fh:
-            fh.write(table + "\n")
-        session.log("compat results (also in .nox/compat-table.md):\n" + table)
+    if not install_only(session):
+        session.log("results (python docs/results.py .nox/junit):\n" + subprocess.run(
+            [sys.executable, os.path.join(ROOT, "docs", "results.py"), JUNIT], capture_output=True,
+            text=True).stdout)
     if failed:
-        session.error(f"the compat suite failed on torch {', '.join(failed)}")
+        session.error(f"{session.name} failed on torch {', '.join(failed)}")
+
+
+@nox.session(venv_backend="none")
+def compat(session: nox.Session) -> None:
+    """The compat suite (pytest -m compat) on the CI pairs, or on the torch versions given after --."""
+    per_torch(session, CI_PAIRS, "-m", "compat")
+
+
+@nox.session(venv_backend="none")
+def standins(session: nox.Session) -> None:
+    """Every stand-in test (pytest -m standins) on the oldest and newest torch a stand-in exists for, or on
+    the torch versions given after --. Shares the compat environments."""
+    per_torch(session, STANDIN_PAIRS, "-m", "standins")
 
 
 def install_only(session: nox.Session) -> bool:
     """True under `nox --install-only`, where session.run skips its command and returns None."""
     return session.run(sys.executable, "-c", "pass", external=True, silent=True) is None
-
-
-def table_row(torch: str, python: str, prepared: float, results: str) -> str:
-    """One markdown row from pytest's junit XML."""
-    import xml.etree.ElementTree as ET
-
-    version = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-                             capture_output=True, text=True).stdout.strip()
-    try:
-        suite = ET.parse(results).getroot()
-        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-        total, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
-        seconds = float(suite.get("time", 0))
-    except (OSError, ET.ParseError, AttributeError):
-        return f"| {torch} | {version} | no results | - | - | - | {prepared:.0f} s |"
-    passed = total - failures - errors - skipped
-    return (f"| {torch} | {version} | {passed} | {failures + errors} | {skipped} | {seconds:.0f} s | "
-            f"{prepared:.0f} s |")
 
 
 def framework_requirements() -> list:
@@ -227,21 +306,48 @@ def framework_requirements() -> list:
 
 @nox.session(venv_backend="none")
 def quickstart(session: nox.Session) -> None:
-    """The README's quick start, as a newcomer runs it: `pip install .` into an environment with no
-    torch (pip picks one), then the unmodified CUDA example with TRANSFER_DEVICE=cpu."""
+    """The README's quick start, as a newcomer runs it: `pip install cuda-transfer` (the wheel built from
+    this checkout, found by its name) into an environment with no torch (pip picks one), the unmodified CUDA
+    example with TRANSFER_DEVICE=cpu, then `transfer port` of the examples."""
+    wheel = build_wheel(session)
     venv = os.path.join(WORK, "quickstart")
     python = os.path.join(venv, "bin", "python")
     shutil.rmtree(venv, ignore_errors=True)
     session.run_install(sys.executable, "-m", "venv", venv, external=True)
-    session.run_install(python, "-m", "pip", "install", "-q", ROOT, external=True)
+    session.run_install(python, "-m", "pip", "install", "-q", "--find-links", os.path.dirname(wheel), DISTRIBUTION,
+                        external=True)
     if install_only(session):
         return
+    version = os.path.basename(wheel).split("-")[1]
+    ours = subprocess.run([python, "-c", f"import importlib.metadata as m, transfer; print(m.version({DISTRIBUTION!r}),"
+                           " transfer.__version__)"], cwd=WORK, capture_output=True, text=True).stdout.split()
+    if ours != [version, version]:
+        session.error(f"`pip install {DISTRIBUTION}` did not install this checkout's {version}: {ours}")
     session.log(f"pip picked torch {installed_torch(python)}")
     workdir = os.path.join(WORK, "quickstart-work")
     shutil.rmtree(workdir, ignore_errors=True)
     with session.chdir(os.path.join(WORK)):  # not the checkout: the installed copy runs
         output = session.run(python, os.path.join(ROOT, "examples", "train_cuda.py"), "--epochs", "1", "--workdir",
                              workdir, external=True, silent=True, env={"TRANSFER_DEVICE": "cpu"})
-    print(output)
-    if "outputs identical: True" not in output or "epoch 0: loss" not in output:
-        session.error("the quick start did not train the example to the end")
+        print(output)
+        if "outputs identical: True" not in output or "epoch 0: loss" not in output:
+            session.error("the quick start did not train the example to the end")
+        ported = os.path.join(workdir, "ported")
+        session.run(os.path.join(venv, "bin", "transfer"), "port", os.path.join(ROOT, "examples"), "--device", "npu",
+                    "--out", ported, external=True)
+        if not os.path.exists(os.path.join(ported, "train_cuda.py")):
+            session.error("transfer port wrote no ported example")
+
+
+@nox.session(venv_backend="none")
+def results(session: nox.Session) -> None:
+    """Copy the junit files of the runs (.nox/junit) to docs/results/ and write README's results table
+    from docs/results/ (docs/results.py). Run it after the sessions whose rows you want to refresh."""
+    target = os.path.join(ROOT, "docs", "results")
+    os.makedirs(target, exist_ok=True)
+    for path in sorted(glob.glob(os.path.join(JUNIT, "*.xml"))):
+        if os.path.basename(path).startswith(("fast-", "nvidia_env-")):
+            continue  # the fast tier is a subset of the full run, not a row
+        shutil.copy(path, target)
+        session.log(f"{os.path.relpath(path, ROOT)} -> {os.path.relpath(target, ROOT)}")
+    session.run(sys.executable, os.path.join(ROOT, "docs", "results.py"), "--write", external=True)

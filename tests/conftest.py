@@ -24,6 +24,12 @@ NO_STANDINS = (f"torch {torch.__version__} has no PrivateUse1 mechanism (hooks i
                "generate_methods_for_privateuse1_backend), so no vendor plug-in or stand-in exists for it")
 
 
+def needs_standins(test):
+    """For a test that runs a vendor stand-in: skipped with NO_STANDINS where none can exist (torch 2.0), and
+    slow (the stand-ins' C++ extension is built first: a minute or more on a fresh machine)."""
+    return pytest.mark.slow(pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)(test))
+
+
 @pytest.fixture
 def cpu_target(monkeypatch):
     """transfer installed for the cpu target for one test, uninstalled after."""
@@ -108,26 +114,66 @@ def free_port():
                 return port
 
 
+#: What a machine's environment may hold that changes what transfer, torch, a launcher or a stand-in does:
+#: NVIDIA's container images (NCCL_VERSION, CUDA_VERSION, CUDA_HOME, TORCH_CUDA_ARCH_LIST,
+#: NVIDIA_VISIBLE_DEVICES, ...), a job launcher (RANK, MASTER_PORT, TORCHELASTIC_*), a vendor's runtime
+#: (ASCEND_RT_VISIBLE_DEVICES, HCCL_*), a user's own TRANSFER_* switches. No test may depend on them:
+#: `clean_env()` leaves them out of every child's environment and the `hermetic_environment` fixture takes
+#: them out of this process, so a test sets each condition it tests (CI runs the fast tier with NVIDIA's
+#: variables set to prove it: `nox -s nvidia_env`).
+AMBIENT_PREFIXES = ("TRANSFER_", "_TRANSFER", "SIM_ACCEL", "NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "CUDNN_", "NVIDIA_",
+                    "NV_", "HCCL_", "TCCL_", "ECCL_", "GLOO_", "ASCEND_", "SDAA_", "TOPS_", "TORCHELASTIC_",
+                    "MASTER_", "LOCAL_")
+AMBIENT_NAMES = ("RANK", "WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE",
+                 "NODE_RANK", "OMP_NUM_THREADS", "DS_ACCELERATOR")
+#: The suite's own settings, kept in this process (children get what a test passes on).
+SUITE_SETTINGS = ("TRANSFER_HYPOTHESIS_PROFILE",)
+
+#: Hides every real GPU from a child (the CUDA runtime reads it when it initialises): what a test that means
+#: "a machine without a GPU" passes, e.g. `clean_env(**NO_GPU)`; `auto` is `cpu` there. Not with a vendor
+#: target alone: transfer copies CUDA_VISIBLE_DEVICES to the vendor's variable when that is unset, and an
+#: empty list hides the vendor's devices too; set the vendor's variable with it.
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+#: The stand-ins' (and the real runtimes') visible-devices variables.
+VISIBLE_DEVICES = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "sdaa": "SDAA_VISIBLE_DEVICES", "gcu": "TOPS_VISIBLE_DEVICES"}
+
+
+def no_gpu(target="cpu"):
+    """NO_GPU for a child that runs transfer's `target`: on a vendor target the vendor's own variable lists
+    every device (a stand-in's list stops at the first id it lacks), so transfer leaves it as it is."""
+    env = dict(NO_GPU)
+    if target in VISIBLE_DEVICES:
+        env[VISIBLE_DEVICES[target]] = ",".join(str(i) for i in range(16))
+    return env
+
+
+def is_ambient(name):
+    return name.startswith(AMBIENT_PREFIXES) or name in AMBIENT_NAMES
+
+
 def clean_env(**extra):
-    """The environment for a child process: no TRANSFER_* leaking from the parent."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRANSFER_", "_TRANSFER", "SIM_ACCEL"))}
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update({k: str(v) for k, v in extra.items()})
+    """The environment for a child process: this process's, less everything a machine may set that
+    changes what the child does (AMBIENT_PREFIXES, AMBIENT_NAMES), plus `extra` (None: left unset)."""
+    env = {k: v for k, v in os.environ.items() if not is_ambient(k)}
+    env["OMP_NUM_THREADS"] = "1"
+    env.update({k: str(v) for k, v in extra.items() if v is not None})
     return env
 
 
-#: Families of variables that change what torch, the collectives or the device runtimes do.
-_MACHINE_SETTINGS = ("NCCL_", "TORCH_NCCL_", "CUDA_", "GLOO_", "HCCL_", "TORCH_HCCL_", "TCCL_", "ECCL_",
-                     "TORCH_ECCL_", "ASCEND_", "SDAA_", "TOPS_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-                     "LOCAL_WORLD_SIZE", "MASTER_")
+# This process is a machine without a GPU: in-process tests compare with torch's native answers there
+# (torch.cuda.is_available() False). Set before anything initialises CUDA; children get clean_env().
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-def hermetic_env(**extra):
-    """clean_env() without any NCCL_*/TORCH_NCCL_*/CUDA_*/backend/vendor/launcher variable of the machine,
-    then `extra`: a child sees only what its test sets (CUDA_VISIBLE_DEVICES='' hides a real GPU)."""
-    env = {k: v for k, v in clean_env().items() if not k.startswith(_MACHINE_SETTINGS)}
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_environment():
+    """This process without the machine's variables (see AMBIENT_PREFIXES) for the whole session: an
+    in-process install reads NCCL_* / RANK / visible-devices variables as a child would."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if is_ambient(name) and name not in SUITE_SETTINGS and name != "CUDA_VISIBLE_DEVICES":
+                patch.delenv(name)
+        yield
 
 
 def run(args, env=None, timeout=240, cwd=None, check=True):
@@ -181,7 +227,24 @@ def python(*args, **kwargs):
 
 
 def pytest_configure(config):
+    # Tiers are selections: `-m "not slow"` is the fast tier (nox -s fast), everything is the full suite.
     config.addinivalue_line("markers", "compat: the compat suite, run on every torch of the matrix (nox -s compat)")
+    config.addinivalue_line("markers", "slow: not in the fast tier (nox -s fast runs -m 'not slow'): subprocess-heavy "
+                                       "tests (torchrun, e2e cells beyond one per way in, stand-ins, frameworks)")
+    config.addinivalue_line("markers", "standins: the vendor stand-ins' own tests (nox -s standins runs them on the "
+                                       "oldest and newest torch a stand-in exists for)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_properties(record_testsuite_property):
+    """What ran, in the junit file (docs/results.py makes README's table of them)."""
+    import platform
+
+    import transfer
+
+    record_testsuite_property("torch", torch.__version__)
+    record_testsuite_property("python", platform.python_version())
+    record_testsuite_property("transfer", transfer.__version__)
 
 
 def pytest_report_header(config):

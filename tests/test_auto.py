@@ -6,7 +6,7 @@ auto stands aside for it."""
 
 import pytest
 
-from conftest import hermetic_env, python
+from conftest import clean_env, python
 
 #: What torch_npu does on an Ascend server where CANN's set_env.sh was not sourced: its package
 #: imports torch, then its C extension, whose shared libraries the loader cannot find (the real
@@ -28,7 +28,7 @@ def broken_torch_npu(root):
 def test_auto_refuses_an_installed_vendor_that_fails_to_import_and_names_it(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    env = hermetic_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(broken_torch_npu(tmp_path / "site")))
+    env = clean_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(broken_torch_npu(tmp_path / "site")))
     proc = python(str(script), env=env, check=False)
     assert proc.returncode != 0, proc.stdout
     assert "trained on" not in proc.stdout and "CUDA calls run on cpu" not in proc.stderr, proc.stderr
@@ -37,7 +37,7 @@ def test_auto_refuses_an_installed_vendor_that_fails_to_import_and_names_it(tmp_
 
 
 def test_the_environment_way_refuses_too_without_a_traceback(tmp_path):
-    env = hermetic_env(CUDA_VISIBLE_DEVICES="", TRANSFER_DEVICE="auto",
+    env = clean_env(CUDA_VISIBLE_DEVICES="", TRANSFER_DEVICE="auto",
                        PYTHONPATH=str(broken_torch_npu(tmp_path / "site")))
     proc = python("-c", "import torch; print('ran')", env=env, check=False)
     assert proc.returncode != 0 and "ran" not in proc.stdout
@@ -47,7 +47,7 @@ def test_the_environment_way_refuses_too_without_a_traceback(tmp_path):
 def test_asking_for_the_cpu_still_runs_on_the_cpu(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    env = hermetic_env(CUDA_VISIBLE_DEVICES="", TRANSFER_DEVICE="cpu",
+    env = clean_env(CUDA_VISIBLE_DEVICES="", TRANSFER_DEVICE="cpu",
                        PYTHONPATH=str(broken_torch_npu(tmp_path / "site")))
     assert "trained on cpu" in python(str(script), env=env).stdout
 
@@ -60,6 +60,6 @@ def test_a_vendor_without_devices_is_named_when_auto_falls_back(tmp_path):
     (site / "torch_sdaa.py").write_text("import torch\n")  # no torch.sdaa: no device
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    proc = python(str(script), env=hermetic_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(site)))
+    proc = python(str(script), env=clean_env(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(site)))
     assert "trained on cpu" in proc.stdout
     assert "auto skips torch_sdaa (Tecorigin)" in proc.stderr and "reports no sdaa device" in proc.stderr, proc.stderr

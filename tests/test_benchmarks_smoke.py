@@ -15,7 +15,10 @@ import sys
 import pytest
 import torch
 
+from conftest import clean_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.slow  # python -m benchmarks --quick: minutes
 FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty")
 TARGETS = ("cpu", "npu", "sdaa", "gcu")
 
@@ -33,7 +36,7 @@ def _explicit(record):
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRANSFER_", "_TRANSFER"))}
+    env = clean_env()
     try:
         proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=1200)

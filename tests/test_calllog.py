@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, clean_env
+from conftest import EXAMPLES, INSTALLED, ROOT, SCRIPTS, clean_env, needs_standins
 
 # train_cuda.py --epochs 2, cpu target. One record per (API, line), whatever the loop count:
 #  49 torch.cuda.is_available; 54 torch.cuda.manual_seed_all; 57 torch.cuda.set_device;
@@ -59,6 +59,7 @@ def _line(record):
     return int(record["site"].rsplit(":", 1)[1])
 
 
+@pytest.mark.slow
 def test_log_of_train_cuda_has_each_call_site_once(tmp_path):
     script = os.path.join(EXAMPLES, "train_cuda.py")
     proc, records = _run_logged(script, tmp_path, "--epochs", "2", "--workdir", str(tmp_path / "w"))
@@ -93,6 +94,7 @@ def test_is_cuda_reads_streams_and_events_are_logged_once_per_site(tmp_path):
     assert {r["source"] for r in is_cuda} >= {"return t.is_cuda"}
 
 
+@pytest.mark.slow
 def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
     from conftest import free_port
 
@@ -125,7 +127,7 @@ def test_one_log_file_per_rank_under_torchrun_with_ddp_and_syncbn(tmp_path):
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1  # the summary: rank 0 only
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_ddp_and_syncbn_records_on_a_vendor_under_torchrun(tmp_path):
     from conftest import VENDORS, free_port
 
@@ -212,9 +214,9 @@ def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summar
     every record, and three summaries printed. Each worker logs under the rank init_process_group
     gave it (its record from before init_process_group included), the parent, which has no rank, in
     transfer-log-main.jsonl, and the job prints one summary."""
-    from conftest import free_port, hermetic_env
+    from conftest import clean_env, free_port
 
-    env = hermetic_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
+    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1", TRANSFER_LOG=str(tmp_path / "log"),
                        TRANSFER_CPU_DEVICES="2")
     if not INSTALLED:
         env["PYTHONPATH"] = ROOT

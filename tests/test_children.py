@@ -6,21 +6,21 @@ import sys
 
 import pytest
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, free_port, hermetic_env, python
+from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, free_port, python
 
 SPAWN_AFTER_INSTALL = os.path.join(SCRIPTS, "spawn_after_install.py")
 
 
 @pytest.mark.parametrize("target, backend", [
     ("cpu", "gloo"),
-    pytest.param("npu", "hccl", marks=pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)),
+    pytest.param("npu", "hccl", marks=[pytest.mark.skipif(not STANDINS, reason=NO_STANDINS), pytest.mark.slow]),
 ])
 def test_install_in_code_reaches_spawned_workers_and_uninstall_takes_it_back(tmp_path, target, backend):
     """transfer.install(target) in the parent's main guard; mp.spawn workers never call install. As
     with TRANSFER_DEVICE, every worker runs translated: the real backend is the target's, tensors
     land on its devices, the collective sums both ranks. After uninstall a child inherits nothing."""
     out = tmp_path / "seen"
-    env = hermetic_env(TRANSFER_QUIET=1, **({"PYTHONPATH": VENDORS} if target != "cpu" else {}))
+    env = clean_env(TRANSFER_QUIET=1, **({"PYTHONPATH": VENDORS} if target != "cpu" else {}))
     proc = python(SPAWN_AFTER_INSTALL, target, str(free_port()), str(out), env=env, timeout=600)
     assert "parent done" in proc.stdout, proc.stderr
     for rank in (0, 1):
@@ -61,7 +61,7 @@ def test_transfer_run_adds_only_its_bootstrap_to_pythonpath_in_the_job_and_its_c
     other.mkdir()
     probe = tmp_path / "probe.py"
     probe.write_text(PATH_PROBE)
-    env = hermetic_env(PYTHONPATH=os.pathsep.join([str(user_site), str(other)]))
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(user_site), str(other)]))
     proc = run([console_script("transfer-run"), "--device", "cpu", sys.executable, str(probe)], env=env)
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["translated"] is True, proc.stderr

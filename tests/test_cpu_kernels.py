@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import transfer
+from conftest import clean_env
 from transfer import cpu_kernels
 
 # The copy of transfer under test: the checkout, or the installed wheel (nox sessions).
@@ -317,6 +318,7 @@ _WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_two_process_gloo_sync_batchnorm(tmp_path):
     N, C, H, W = 6, 3, 4, 4
     bounds = [(0, 2), (2, 6)]  # uneven split: 2 and 4 samples
@@ -334,9 +336,8 @@ def test_two_process_gloo_sync_batchnorm(tmp_path):
     torch.save(inputs, tmp_path / "inputs.pt")
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
-    env = dict(os.environ)
+    env = clean_env(GLOO_SOCKET_IFNAME="lo")
     env["PYTHONPATH"] = os.path.dirname(PACKAGE_DIR) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = str(tmp_path / "store")
     procs = [
         subprocess.Popen([sys.executable, str(script), str(r), "2", store, str(tmp_path)],
@@ -431,6 +432,6 @@ def test_import_is_cheap():
         "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

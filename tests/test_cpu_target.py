@@ -355,6 +355,7 @@ def test_file_paths_are_never_rewritten(cpu_target, tmp_path):
         torch.ones(1).to("cuda_model.pt")  # not a device: torch's own error, untouched
 
 
+@pytest.mark.slow
 def test_torch_compile_default_backend_trains(cpu_target):
     """Inductor reads torch.cuda.get_device_properties(); the cpu answer must satisfy it."""
     import torch._dynamo

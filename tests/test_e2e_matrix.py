@@ -73,13 +73,12 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from conftest import (EXAMPLES, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, free_port,
-                      full_batch_reference, kill_group)
+from conftest import (EXAMPLES, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, VISIBLE_DEVICES, clean_env, console_script,
+                      free_port, full_batch_reference, kill_group, no_gpu)
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
                  "gcu": "ECCL_SOCKET_IFNAME"}
-VISIBLE_DEVICES = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "sdaa": "SDAA_VISIBLE_DEVICES", "gcu": "TOPS_VISIBLE_DEVICES"}
 CELL_TIMEOUT = 420
 JOBS = max(1, int(os.environ.get("E2E_JOBS", "2")))
 IMPORT_LINE = "from transfer import auto as _  # the one line added to the script\n"
@@ -173,8 +172,12 @@ def _has_device_mesh_and_dtensor() -> bool:
     return True
 
 
+# The fast tier (nox -s fast, -m "not slow") runs one cell per way in on the cpu target; every other cell is slow.
+FAST_CELLS = {"train-cpu-import", "dp-cpu-env", "ddp-cpu-runner"}
+
+
 def _param(cell: Cell):
-    marks = compat_and_standin_marks(cell)
+    marks = compat_and_standin_marks(cell) + ([] if cell.id in FAST_CELLS else [pytest.mark.slow])
     if cell.script == "fsdp2" and not _has_fully_shard():
         marks.append(pytest.mark.skip(reason="this torch has no fully_shard (FSDP2)"))
     if cell.script == "tp" and not _has_device_mesh_and_dtensor():
@@ -225,9 +228,12 @@ def vendor_site(profile: str, base: str) -> str:
 
 
 def environment(cell: Cell, workdir: str, base: str, **extra) -> dict:
+    """The cell's environment: nothing of this machine's (clean_env); real GPUs hidden (the cells are
+    a machine with the target's devices only) unless the cell sets CUDA_VISIBLE_DEVICES itself."""
     env = clean_env(PYTHONUNBUFFERED=1, SIM_ACCEL_STATS_DIR=os.path.join(workdir, "stats"),
                     TRANSFER_REPORT=os.path.join(workdir, "report-{pid}.json"))
-    env.pop("SIM_ACCEL_DEVICE_COUNT", None)
+    if "CUDA_VISIBLE_DEVICES" not in extra:
+        env.update(no_gpu(cell.profile))
     if cell.profile != "cpu":
         env["PYTHONPATH"] = vendor_site(cell.profile, base)
     if cell.way == "env":
@@ -594,6 +600,9 @@ def seed000_reference() -> dict:
 
 def test_compat_cells_exist():
     assert COMPAT_CELLS <= {c.id for c in CELLS}
+    fast = [c for c in CELLS if c.id in FAST_CELLS]  # one cell per way in, on the cpu target
+    assert len(fast) == len(FAST_CELLS) and {c.profile for c in fast} == {"cpu"}
+    assert sorted(c.way for c in fast) == ["env", "import", "runner"]
     assert set(CPU_EQUIVALENTS) <= COMPAT_CELLS and set(CPU_EQUIVALENTS.values()) <= {c.id for c in CELLS}
     assert all(c.profile == "cpu" for c in CELLS if c.id in CPU_EQUIVALENTS.values())
 

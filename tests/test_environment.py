@@ -37,8 +37,8 @@ import time  # noqa: E402
 
 import pytest  # noqa: E402
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, free_port, kill_group, python  # noqa: E402
-from conftest import hermetic_env as hermetic  # noqa: E402
+from conftest import (SCRIPTS, STANDINS, VENDORS, clean_env, free_port, kill_group, needs_standins,  # noqa: E402
+                      python)
 from transfer import envvars  # noqa: E402
 
 PROBE = os.path.join(SCRIPTS, "env_probe.py")
@@ -53,7 +53,7 @@ def two_ranks(tmp_path, probe_args, timeout=300, **extra):
     port = free_port()
     procs = []
     for rank in (0, 1):
-        env = hermetic(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=2, RANK=rank, LOCAL_RANK=rank,
+        env = clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=2, RANK=rank, LOCAL_RANK=rank,
                        LOCAL_WORLD_SIZE=2, TRANSFER_QUIET=1, **extra)
         procs.append(subprocess.Popen([sys.executable, PROBE, str(tmp_path / "seen"), *probe_args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -75,7 +75,7 @@ def test_what_every_nvidia_image_sets_is_informational_even_under_strict():
     """NCCL_VERSION & co. are metadata: no warning, and TRANSFER_STRICT=1 never makes `import torch`
     exit over them (it did: 'NCCL_VERSION has no equivalent for gloo')."""
     for device in ("cpu",) + (("npu",) if STANDINS else ()):
-        env = hermetic(TRANSFER_DEVICE=device, TRANSFER_STRICT=1, TRANSFER_QUIET=1, **NVIDIA_IMAGE,
+        env = clean_env(TRANSFER_DEVICE=device, TRANSFER_STRICT=1, TRANSFER_QUIET=1, **NVIDIA_IMAGE,
                        **({"PYTHONPATH": VENDORS} if device != "cpu" else {}))
         proc = python("-c", "import torch; print(torch.ones(1).cuda().device)", env=env, check=False, timeout=600)
         assert proc.returncode == 0, proc.stderr
@@ -83,7 +83,7 @@ def test_what_every_nvidia_image_sets_is_informational_even_under_strict():
 
 
 def test_unsupported_variables_are_named_in_one_warning_and_strict_makes_it_an_error():
-    env = hermetic(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, NCCL_IB_DISABLE=1, NCCL_DEBUG="INFO",
+    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, NCCL_IB_DISABLE=1, NCCL_DEBUG="INFO",
                    TORCH_NCCL_DUMP_ON_TIMEOUT=1, NCCL_VERSION="2.28.3-1")
     proc = python("-c", "import torch", env=env)
     assert proc.stderr.count("no equivalent for gloo") == 1, proc.stderr
@@ -93,7 +93,7 @@ def test_unsupported_variables_are_named_in_one_warning_and_strict_makes_it_an_e
     assert strict.returncode != 0 and "NCCL_IB_DISABLE" in strict.stderr and "Traceback" not in strict.stderr
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_torch_nccl_error_handling_reaches_hccl_and_the_children_see_it(tmp_path):
     """Seed 004: what turns a hang into an error. torch_npu's ProcessGroupHCCL reads TORCH_HCCL_*
     (torch's names with HCCL for NCCL): each rank, and every process it starts, sees them; a
@@ -133,7 +133,7 @@ def test_an_interface_selection_that_leaves_none_fails_at_init_and_says_why():
     value = "^=" + ",".join(names)
     code = (f"import torch, torch.distributed as dist\n"
             f"dist.init_process_group('nccl', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)\n")
-    proc = python("-c", code, env=hermetic(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, NCCL_SOCKET_IFNAME=value),
+    proc = python("-c", code, env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, NCCL_SOCKET_IFNAME=value),
                   check=False, timeout=120)
     assert proc.returncode != 0
     assert f"NCCL_SOCKET_IFNAME={value!r} selects none of this host's interfaces" in proc.stderr, proc.stderr
@@ -147,7 +147,7 @@ def test_set_after_import_torch_and_before_init_process_group_takes_effect(tmp_p
             f"os.environ['NCCL_SOCKET_IFNAME'] = 'nosuchif0'\n"
             f"dist.init_process_group('nccl', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)\n"
             f"print('initialised')\n")
-    proc = python("-c", code, env=hermetic(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1), check=False, timeout=120)
+    proc = python("-c", code, env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1), check=False, timeout=120)
     assert proc.returncode != 0 and "initialised" not in proc.stdout
     assert "nosuchif0" in proc.stderr and "GLOO_SOCKET_IFNAME=nosuchif0" in proc.stderr, proc.stderr
     seen, _ = two_ranks(tmp_path, ["--set", "NCCL_SOCKET_IFNAME==lo", "--show", "GLOO_SOCKET_IFNAME"],
@@ -161,7 +161,7 @@ def test_a_collective_variable_set_after_the_first_process_group_is_too_late_and
     assert "after the first process group" not in errs[1]  # one warning per job: rank 0
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_visible_devices_set_after_the_plugin_was_imported_is_too_late_and_said():
     """On CUDA, CUDA_VISIBLE_DEVICES set after `import torch` counts until the first CUDA call. The
     vendor plug-in is imported at install and has read its devices: the script gets a warning, and
@@ -169,7 +169,7 @@ def test_visible_devices_set_after_the_plugin_was_imported_is_too_late_and_said(
     code = ("import os, torch\n"
             "os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
             "print('devices', torch.cuda.device_count())\n")
-    env = hermetic(TRANSFER_DEVICE="npu", PYTHONPATH=VENDORS, TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=4)
+    env = clean_env(TRANSFER_DEVICE="npu", PYTHONPATH=VENDORS, TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=4)
     proc = python("-c", code, env=env, timeout=600)
     assert "devices 4" in proc.stdout
     assert "CUDA_VISIBLE_DEVICES was set to '1' after torch_npu was imported" in proc.stderr, proc.stderr
@@ -178,11 +178,11 @@ def test_visible_devices_set_after_the_plugin_was_imported_is_too_late_and_said(
     assert "devices 1" in before.stdout and "after torch_npu was imported" not in before.stderr
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_a_launchers_default_is_not_an_error_under_strict():
     """torch.distributed.run sets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 in every worker the user did not
     set it for; tccl's counterpart is not known, which is worth a warning but is not the user's doing."""
-    env = hermetic(TRANSFER_DEVICE="sdaa", PYTHONPATH=VENDORS, TRANSFER_QUIET=1, TRANSFER_STRICT=1,
+    env = clean_env(TRANSFER_DEVICE="sdaa", PYTHONPATH=VENDORS, TRANSFER_QUIET=1, TRANSFER_STRICT=1,
                    TORCHELASTIC_RUN_ID="job", TORCH_NCCL_ASYNC_ERROR_HANDLING=1)
     proc = python("-c", "import torch; print('ran')", env=env, check=False, timeout=600)
     assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr

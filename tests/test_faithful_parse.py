@@ -31,7 +31,7 @@ import torch.nn as nn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import NO_STANDINS, ROOT, STANDINS, VENDORS, clean_env, python
+from conftest import ROOT, VENDORS, clean_env, needs_standins, python
 from transfer import device_grammar, frames
 from transfer.devices import parse_cuda
 
@@ -238,7 +238,7 @@ print("WRAPPED", x.to("cuda:256").device, x.to("cuda:1").device)
 """
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_every_position_raises_torchs_error_on_the_npu_stand_in():
     env = clean_env(PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=2)
     proc = python("-c", STANDIN_POSITIONS.format(tests=os.path.join(ROOT, "tests")), env=env, timeout=300)
@@ -525,7 +525,7 @@ def test_load_every_map_location_form_on_the_cpu_target(install_cpu):
     assert load_results() == expected_load("cpu")
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_load_every_map_location_form_on_the_npu_stand_in():
     env = clean_env(PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=2)
     proc = python("-c", LOAD.format(tests=os.path.join(ROOT, "tests"), target="npu"), env=env, timeout=300)
@@ -592,7 +592,7 @@ print("DEVICES", torch.load({path!r})["w"].device, torch.load({path!r}, map_loca
 
 
 @needs_safetensors
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_safetensors_on_the_npu_stand_in(tmp_path):
     pytest.importorskip("safetensors", reason="safetensors is a test requirement (noxfile TEST_REQUIREMENTS)")
     env = clean_env(PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=2)

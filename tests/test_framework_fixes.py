@@ -20,7 +20,7 @@ import typing
 import pytest
 import torch
 
-from conftest import NO_STANDINS, STANDINS, VENDORS, clean_env, free_port, python
+from conftest import VENDORS, clean_env, free_port, needs_standins, python
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
 
@@ -72,6 +72,7 @@ def test_uninstall_restores_the_builtin_table_exactly(monkeypatch):
     assert not hasattr(torch.jit.script, "__wrapped__")
 
 
+@pytest.mark.slow
 def test_disabling_the_torchscript_area_shows_the_failure_it_fixes(tmp_path):
     """Without the area, TorchScript tries to compile the replaced factory from source."""
     code = "import torch.distributed.optim; print('imported')"
@@ -95,7 +96,7 @@ SCRIPTED_ON_VENDOR = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("vendor", ["sdaa", "gcu"])
 def test_scripted_cuda_device_runs_on_the_vendor_device(vendor, tmp_path):
     script = tmp_path / "scripted.py"
@@ -176,6 +177,7 @@ LIGHTNING_INIT = textwrap.dedent("""
 
 @pytest.mark.skipif("device_id" not in inspect.signature(torch.distributed.init_process_group).parameters,
                     reason="this torch's init_process_group has no device_id parameter, which Lightning passes")
+@pytest.mark.slow
 def test_lightning_device_id_on_the_cpu_target(tmp_path):
     script = tmp_path / "init.py"
     script.write_text(LIGHTNING_INIT)
@@ -211,7 +213,7 @@ MESH_WITHOUT_SET_DEVICE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("disable", ["", "distributed.set_device_before_init"])
 def test_tccl_device_is_set_for_groups_torch_creates(disable, tmp_path):
     script = tmp_path / "mesh.py"

@@ -18,10 +18,9 @@ import pytest
 import torch
 
 import transfer
-from conftest import NO_STANDINS, ROOT, STANDINS, VENDORS, clean_env, python
+from conftest import ROOT, VENDORS, clean_env, needs_standins, python
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
-needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 
 
 # --- a. uninstall restores only what is still ours -------------------------------------------

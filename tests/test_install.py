@@ -17,6 +17,7 @@ def snapshot(records):
 def test_uninstall_restores_every_identical_object(monkeypatch):
     monkeypatch.setenv("TRANSFER_QUIET", "1")
     transfer.uninstall()
+    native = torch.cuda.is_available()  # torch's own answer on this machine
     # Record what each patched attribute holds before install, from a first install's list.
     transfer.install("cpu")
     from transfer import _active
@@ -31,7 +32,7 @@ def test_uninstall_restores_every_identical_object(monkeypatch):
     after = {(id(o), a): vars(o).get(a, "<absent>") for o, a in targets}
     changed = [key for key in before if before[key] is not after[key]]
     assert changed == []
-    assert not torch.cuda.is_available()
+    assert torch.cuda.is_available() is native
     assert "is_cuda" not in torch.Tensor.__dict__ and not torch.ones(1).is_cuda
     with pytest.raises(RuntimeError):
         torch.batch_norm_stats(torch.ones(2, 2), 1e-5)  # CPU kernels are unregistered again
@@ -99,9 +100,13 @@ def test_unknown_device_lists_choices():
 
 def test_off_installs_nothing():
     transfer.uninstall()
+    before = {name: getattr(torch.cuda, name) for name in ("is_available", "device_count", "set_device")}
+    native = torch.cuda.is_available()
     info = transfer.install("off")
     assert info == {"active": False, "reason": "TRANSFER_DEVICE=off"}
-    assert not torch.cuda.is_available()
+    assert transfer.status() == info
+    assert {name: getattr(torch.cuda, name) for name in before} == before  # the very same functions
+    assert torch.cuda.is_available() is native and "is_cuda" not in torch.Tensor.__dict__
 
 
 def test_report_lists_translations_with_call_sites(cpu_target):

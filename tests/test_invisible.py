@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from conftest import NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, python
+from conftest import ROOT, SCRIPTS, VENDORS, clean_env, needs_standins, python
 from transfer.devices import InvalidDeviceError
 
 #: Natively picklable generators: torch 2.0's Generator has no __reduce__/__setstate__, so
@@ -143,6 +143,7 @@ def _pickled_records(registry):
     return out
 
 
+@pytest.mark.slow
 def test_pickled_references_load_the_original_in_a_process_without_transfer(cpu_target):
     payload = _pickled_records(cpu_target._active.registry)
     assert len(payload) > MANY_RECORDS, len(payload)
@@ -151,7 +152,7 @@ def test_pickled_references_load_the_original_in_a_process_without_transfer(cpu_
     assert proc.stdout.decode().startswith("LOADED"), proc.stdout.decode() + proc.stderr.decode()[-3000:]
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_vendor_records_pickle_by_reference_across_processes(tmp_path):
     """On the sdaa stand-in (in a subprocess: stand-ins never load into this process),
     every record pickles, and a process without transfer or the vendor loads torch's original."""
@@ -223,6 +224,7 @@ def test_isinstance_and_issubclass_with_replaced_classes(cpu_target):
     assert type(torch.Generator()).__name__ == "Generator"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GENERATORS_PICKLE, reason=NO_GENERATOR_PICKLE)
 def test_spawn_workers_receive_pickled_generators_and_factories(tmp_path):
     """A Dataset holding a torch.Generator (spawn DataLoader workers) and a
@@ -234,6 +236,7 @@ def test_spawn_workers_receive_pickled_generators_and_factories(tmp_path):
     assert "SPAWN OK cpu cpu cpu" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GENERATORS_PICKLE, reason=NO_GENERATOR_PICKLE)
 def test_spawn_loader_workers_without_transfer_load_the_originals(cpu_target, monkeypatch):
     """transfer installed in this process only: spawn DataLoader workers (no transfer)
@@ -251,6 +254,7 @@ def test_spawn_loader_workers_without_transfer_load_the_originals(cpu_target, mo
     assert [len(batch) for batch in loader] == [2, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.compat
 def test_spawn_workers_without_transfer_load_the_originals(cpu_target, tmp_path, monkeypatch):
     """transfer installed in this process only: mp.spawn workers (no transfer) unpickle
@@ -329,7 +333,7 @@ print("ORDINALS OK")
 """
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_bad_ordinals_on_a_vendor_stand_in():
     code = VENDOR_ORDINALS.format(vendor="sdaa", env="SDAA_VISIBLE_DEVICES")
     proc = python("-c", code, env=clean_env(PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET=1),

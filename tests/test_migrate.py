@@ -13,7 +13,8 @@ import sys
 import pytest
 import torch
 
-from conftest import EXAMPLES, INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, free_port
+from conftest import (EXAMPLES, INSTALLED, ROOT, SCRIPTS, VENDORS, clean_env, free_port, needs_standins,
+                      no_gpu)
 
 FIXTURES = os.path.join(ROOT, "tests", "migrate_fixtures")
 PUBLIC = os.path.join(FIXTURES, "public_style")  # written the way public repositories write these idioms
@@ -189,7 +190,7 @@ NATIVE_CASES = {
 }
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("case", list(NATIVE_CASES))
 def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, case):
     """The ported copy, started by the launch script port wrote, runs on the stand-in without transfer
@@ -209,11 +210,11 @@ def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, 
         argv = [a.format(work=work, port=port) for a in args]
         if kind == "native":  # no TRANSFER_* at all, and no banner below: transfer stays out of it
             env = clean_env(PYTHONPATH=site, PYTHON=sys.executable, NPROC="2", MASTER_PORT=port,
-                            SIM_ACCEL_DEVICE_COUNT="2")
+                            SIM_ACCEL_DEVICE_COUNT="2", **no_gpu(profile))
             command = ["sh", str(launcher), *argv]
         else:
             env = clean_env(PYTHONPATH=os.pathsep.join([site] + ([] if INSTALLED else [ROOT])),
-                            TRANSFER_DEVICE=profile, SIM_ACCEL_DEVICE_COUNT="2")
+                            TRANSFER_DEVICE=profile, SIM_ACCEL_DEVICE_COUNT="2", **no_gpu(profile))
             command = [sys.executable, script, *argv] if launch == "python" else \
                 [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
                  script, *argv]
@@ -235,7 +236,7 @@ def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, 
     assert "Transformed 0 / Skipped 1 / Failed 0" in again.stderr, again.stderr  # a second run is a no-op
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_port_reports_dataparallel_as_the_line_that_fails_natively(tmp_path):
     """What port leaves for a person is what breaks without transfer: nn.DataParallel scatters with
     CUDA-only C++. The shim runs the original on one device; the ported copy fails at that module."""
@@ -249,13 +250,15 @@ def test_port_reports_dataparallel_as_the_line_that_fails_natively(tmp_path):
     assert rows[1:] == [[script, str(line), str(line), "torch.nn.DataParallel", rows[1][4]]]
     assert "DistributedDataParallel" in rows[1][4]
     site = _site(tmp_path, "npu")
+    # An Ascend machine: no GPU (with one, DataParallel would take CUDA's devices instead of failing at scatter).
     native = subprocess.run([sys.executable, str(out / "data_parallel.py"), "--workdir", str(tmp_path / "n")],
-                            env=clean_env(PYTHONPATH=site, SIM_ACCEL_DEVICE_COUNT="2"), capture_output=True,
-                            text=True, timeout=300)
+                            env=clean_env(PYTHONPATH=site, SIM_ACCEL_DEVICE_COUNT="2", **no_gpu("npu")),
+                            capture_output=True, text=True, timeout=300)
     assert native.returncode != 0 and "scatter" in native.stderr, native.stderr
     shim = subprocess.run([sys.executable, script, "--workdir", str(tmp_path / "s")], capture_output=True, text=True,
                           env=clean_env(PYTHONPATH=os.pathsep.join([site] + ([] if INSTALLED else [ROOT])),
-                                        TRANSFER_DEVICE="npu", TRANSFER_QUIET="1", SIM_ACCEL_DEVICE_COUNT="2"),
+                                        TRANSFER_DEVICE="npu", TRANSFER_QUIET="1", SIM_ACCEL_DEVICE_COUNT="2",
+                                        **no_gpu("npu")),
                           timeout=300)
     assert shim.returncode == 0 and re.search(r"parameters \w+ on npu:0", shim.stdout), shim.stdout + shim.stderr
 
@@ -280,9 +283,8 @@ def test_launch_script_modes_and_carried_settings(tmp_path):
     fake.write_text('#!/bin/sh\necho "argv: $*"\necho "visible=$ASCEND_RT_VISIBLE_DEVICES buff=$HCCL_BUFFSIZE '
                     'ifname=$HCCL_SOCKET_IFNAME"\n')
     fake.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(fake), NPROC="3", CUDA_VISIBLE_DEVICES="2,3,5", NCCL_BUFFSIZE="4194304",
-               NCCL_SOCKET_IFNAME="eth1")
-    env.pop("ASCEND_RT_VISIBLE_DEVICES", None)
+    env = clean_env(PYTHON=str(fake), NPROC="3", CUDA_VISIBLE_DEVICES="2,3,5", NCCL_BUFFSIZE="4194304",
+                    NCCL_SOCKET_IFNAME="eth1")
     ran = subprocess.run(["sh", str(script), "--lr", "0.1"], env=env, capture_output=True, text=True, timeout=30)
     assert ran.returncode == 0, ran.stderr
     assert f"--nproc_per_node=3 --nnodes=1 --node_rank=0 --master_addr=127.0.0.1 --master_port=29500 " \

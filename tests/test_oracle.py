@@ -21,7 +21,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conftest import NO_STANDINS, ROOT, STANDINS, VENDORS, clean_env, run
+from conftest import ROOT, VENDORS, clean_env, needs_standins, run
 
 ORACLE = os.path.join(ROOT, "tests", "oracle")
 sys.path.insert(0, ORACLE)
@@ -115,17 +115,18 @@ def check_target(target):
     assert not bad, f"{target}: programs that compute something else than CUDA: {json.dumps(bad, indent=1)[:6000]}"
 
 
+@pytest.mark.slow
 def test_cpu_target_computes_what_cuda_computes():
     check_target("cpu")
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("target", ["npu", "sdaa", "gcu"])
 def test_standin_computes_what_cuda_computes(target):
     check_target(target)
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("target", ["npu", "sdaa", "gcu"])
 def test_generated_programs_on_the_standins(target, tmp_path):
     """hypothesis, in a child process where the stand-in is imported (tests/oracle/programs_property.py)."""
@@ -151,6 +152,7 @@ def test_known_limits_are_in_the_readme():
 # ------------------------------------------------------------------ hypothesis, in this process
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=programs(tensor_draws=TENSOR_DRAWS["cpu"]))

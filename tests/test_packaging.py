@@ -1,4 +1,5 @@
-"""What `pip install transfer` gives a user: the files, the dependency rule, the .pth gate.
+"""What `pip install cuda-transfer` gives a user: the name, the files, the dependency rule, the .pth gate,
+a working `transfer port`.
 
 The nox sessions run these against the installed wheel on every torch of the matrix
 (TESTING_INSTALLED_TRANSFER=1, WHEEL_UNDER_TEST=<the wheel>); from a checkout they build a wheel.
@@ -20,6 +21,9 @@ from conftest import EXAMPLES, INSTALLED, ROOT, clean_env, python
 pytestmark = pytest.mark.compat
 
 PROBE = "import torch; print('cuda', torch.cuda.is_available(), torch.ones(1).cuda().device)"
+#: The distribution on PyPI (`transfer` there is an unrelated project); the import name stays transfer.
+DISTRIBUTION = "cuda-transfer"
+WHEEL_NAME = DISTRIBUTION.replace("-", "_")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,7 @@ def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
                     ROOT], check=True, capture_output=True)
-    (path,) = glob.glob(str(out / "transfer-*.whl"))
+    (path,) = glob.glob(str(out / f"{WHEEL_NAME}-*.whl"))
     return path
 
 
@@ -85,13 +89,27 @@ def pip_install_over(tmp_path, wheel, torch_version):
     return proc, dict(line.split("==") for line in listed.stdout.split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torch_version", ["2.0.1", "2.1.0+cpu", "2.1.0a0+git1234", "2.4.1", "2.14.1"])
 def test_pip_install_leaves_the_users_torch_in_place(tmp_path, wheel, torch_version):
     proc, installed = pip_install_over(tmp_path, wheel, torch_version)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert installed["torch"] == torch_version and "transfer" in installed
+    assert installed["torch"] == torch_version and DISTRIBUTION in installed
 
 
+def test_the_distribution_is_ours_and_the_import_name_transfer(wheel):
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    fields = [line.split(": ", 1) for line in archive.read(metadata).decode().split("\n\n")[0].splitlines()
+              if ": " in line]
+    assert ["Name", DISTRIBUTION] in fields
+    requires = [value for key, value in fields if key == "Requires-Dist"]
+    assert any(r.startswith("torch_npu") and "extra == \"npu\"" in r for r in requires), requires
+    packages = {n.split("/")[0] for n in archive.namelist() if "/" in n and not n.split("/")[0].endswith(".dist-info")}
+    assert packages == {"transfer"}
+
+
+@pytest.mark.slow
 def test_pip_install_does_want_a_torch_from_2_0(tmp_path, wheel):
     # The control: pip does check torch (offline, so it cannot fetch the newer one it wants).
     proc, installed = pip_install_over(tmp_path, wheel, "1.13.1")
@@ -137,6 +155,7 @@ def test_a_broken_transfer_never_breaks_python(tmp_path):
     assert "half-deleted install" in proc.stderr and "unset TRANSFER_DEVICE" in proc.stderr
 
 
+@pytest.mark.slow
 def test_mp_spawn_workers_activate_from_env_alone(tmp_path):
     from conftest import free_port
 
@@ -145,3 +164,31 @@ def test_mp_spawn_workers_activate_from_env_alone(tmp_path):
                   env=env, timeout=300)
     digests = set(re.findall(r"rank (\d+): parameters ([0-9a-f]{16}) on cpu", proc.stdout))
     assert {rank for rank, _ in digests} == {"0", "1"} and len({d for _, d in digests}) == 1, proc.stdout
+
+
+@pytest.mark.slow
+def test_pip_install_then_transfer_port_in_a_fresh_venv(tmp_path, wheel):
+    """`pip install cuda-transfer` (this wheel, found by name) into a fresh venv, then `transfer port` of the
+    examples. torch is a fake distribution here (port never imports it: nox -s quickstart installs a real one);
+    wrapt comes from the package index, as a user gets it."""
+    index = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(tmp_path / "probe"),
+                            "wrapt>=1.14"], capture_output=True, text=True, env=clean_env(), timeout=300)
+    if index.returncode != 0:
+        pytest.skip(f"no package index reachable to install wrapt from: {index.stderr.strip()[-200:]}")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    fake_distribution(site, "torch", "2.14.1")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--find-links",
+                           os.path.dirname(wheel), DISTRIBUTION], capture_output=True, text=True, env=clean_env(),
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "p"
+    port = subprocess.run([str(venv / "bin" / "transfer"), "port", EXAMPLES, "--device", "npu", "--out", str(out)],
+                          capture_output=True, text=True, env=clean_env(), cwd=str(tmp_path), timeout=300)
+    assert port.returncode == 0 and "Traceback" not in port.stderr, port.stdout + port.stderr
+    assert "Transformed" in port.stderr and "Failed 0" in port.stderr, port.stderr
+    ported = (out / "train_cuda.py").read_text()
+    assert "import torch_npu" in ported and '.to("npu"' in ported
+    assert sorted(p.name for p in out.glob("*.py")) == sorted(n for n in os.listdir(EXAMPLES) if n.endswith(".py"))

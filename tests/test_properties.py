@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import NO_STANDINS, ROOT, STANDINS, VENDORS, clean_env, python
+from conftest import ROOT, VENDORS, clean_env, needs_standins, python
 
 settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -410,7 +410,7 @@ for prop in p.PROPERTIES:
 """
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_sdaa_stand_in_matches_the_hand_port():
     code = VENDOR_RUN.format(tests=os.path.join(ROOT, "tests"), vendor="sdaa")
     env = clean_env(PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET=1,

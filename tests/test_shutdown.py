@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import transfer
-from conftest import SCRIPTS, clean_env, free_port, hermetic_env, kill_group
+from conftest import SCRIPTS, clean_env, free_port, kill_group
 from transfer.patches import shutdown
 
 RACE = os.path.join(SCRIPTS, "exit_race.py")
@@ -113,7 +113,7 @@ PENDING = os.path.join(SCRIPTS, "exit_pending_task.py")
 def exit_delay(mode, **extra):
     """Run exit_pending_task.py MODE; return (seconds from the script's last line to the process's
     exit, the result). The script prints the wall-clock time as its last act."""
-    env = hermetic_env(TRANSFER_QUIET=1, **extra)
+    env = clean_env(TRANSFER_QUIET=1, **extra)
     proc = subprocess.Popen([sys.executable, PENDING, mode, str(free_port())], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -180,6 +180,7 @@ def clean(results):
     return all(rc == 0 and "terminate called" not in err for rc, _, err in results)
 
 
+@pytest.mark.slow
 def test_deterministic_race_aborts_without_transfer_and_exits_cleanly_with_it():
     """The control proves the script reproduces the abort; the same script through transfer exits 0."""
     with ThreadPoolExecutor(2) as pool:
@@ -189,6 +190,7 @@ def test_deterministic_race_aborts_without_transfer_and_exits_cleanly_with_it():
     assert clean(fixed), describe(fixed)
 
 
+@pytest.mark.slow
 def test_ddp_jobs_ending_right_after_backward_exit_cleanly_every_time():
     """REPEATED two-rank DDP jobs on the cpu target (two at a time, so under load): every rank of
     every job exits 0, none prints 'terminate called'. A pass on retry would be a failure."""

@@ -16,7 +16,7 @@ from transfer.patches import PatchContext, cuda_namespace
 from transfer.profiles import PROFILES
 from transfer.registry import Registry
 
-from conftest import NO_STANDINS, STANDINS
+from conftest import needs_standins
 
 
 def _vendor_module(profile):
@@ -137,7 +137,7 @@ print(json.dumps({"names": sorted(n for n in dir(module) if not n.startswith("__
 """
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("profile", [p for p in PROFILES if not PROFILES[p].is_cpu])
 def test_vendor_columns_match_the_stand_in(profile):
     """The table's vendor column is what the stand-in's torch.<device> has (the stand-ins mirror the

@@ -145,6 +145,7 @@ def _python(code, **env):
                check=False)
 
 
+@pytest.mark.slow
 def test_install_imports_no_implementation_and_env_way_serves_before_torch(tmp_path):
     """The finder costs nothing until asked; under TRANSFER_DEVICE a script may import
     flash_attn before torch (the start-up trigger imports torch, which installs transfer)."""

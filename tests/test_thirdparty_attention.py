@@ -22,7 +22,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, run
+from conftest import SCRIPTS, VENDORS, clean_env, needs_standins, run
 
 SLOW = getattr(pytest.mark, "slow")
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -379,7 +379,7 @@ def test_memory_efficient_attention_layouts(fa):
         xops.memory_efficient_attention(q, k, v, attn_bias=object())
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
 @SLOW
 def test_on_the_vendor_standins(vendor, tmp_path):

@@ -24,9 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import NO_STANDINS, STANDINS
+from conftest import NO_GPU, NO_STANDINS, STANDINS, clean_env
 
 needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+pytestmark = [pytest.mark.standins, pytest.mark.slow]  # nox -s standins runs them on the oldest and newest torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENDORS_DIR = os.path.join(HERE, "vendors")
@@ -62,17 +63,10 @@ DEVICE_CHECKS = [
 # ---------------------------------------------------------------- helpers
 
 def child_env(**extra) -> dict:
-    """Environment for a child: stand-ins importable, nothing inherited that
-    would change what they do."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TRANSFER_", "_TRANSFER", "SIM_ACCEL_STATS_DIR", "SIM_ACCEL_DEVICE_COUNT"))
-    }
-    paths = [VENDORS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONUNBUFFERED"] = "1"
+    """Environment for a child: the stand-ins importable, nothing of this machine's that would change
+    what they do (conftest.clean_env), no real GPU (a vendor's machine has none)."""
+    env = clean_env(PYTHONUNBUFFERED=1, **NO_GPU)
+    env["PYTHONPATH"] = os.pathsep.join([VENDORS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

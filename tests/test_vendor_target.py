@@ -7,7 +7,7 @@ import pytest
 
 from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
 
-pytestmark = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)  # every test here runs a stand-in
+pytestmark = [pytest.mark.skipif(not STANDINS, reason=NO_STANDINS), pytest.mark.slow]  # every test runs a stand-in
 
 
 @pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])

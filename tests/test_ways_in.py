@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, clean_env, console_script, python, run
+from conftest import EXAMPLES, NO_GPU, clean_env, console_script, python, run
 
 pytestmark = pytest.mark.compat  # every way in, from the installed wheel, on every torch of the matrix
 
@@ -18,6 +18,7 @@ def assert_trained(proc):
     assert "epoch 0: loss" in proc.stdout
 
 
+@pytest.mark.slow
 def test_import_line(tmp_path):
     script = tmp_path / "train_with_import.py"
     script.write_text("from transfer import auto as _\n" + open(TRAIN).read())
@@ -28,10 +29,11 @@ def test_import_line(tmp_path):
 def test_import_line_defaults_to_auto_which_is_cpu_here(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text("from transfer import auto as _\n" + PROBE + "\n")
-    proc = python(str(script))
+    proc = python(str(script), env=clean_env(**NO_GPU))  # "here": no GPU (auto stands aside for real CUDA)
     assert "cuda True cpu" in proc.stdout
 
 
+@pytest.mark.slow
 def test_environment_variable_alone(tmp_path):
     proc = python(TRAIN, "--epochs", "1", "--workdir", str(tmp_path), env=clean_env(TRANSFER_DEVICE="cpu"))
     assert_trained(proc)
@@ -39,7 +41,8 @@ def test_environment_variable_alone(tmp_path):
 
 
 def test_environment_variable_unset_changes_nothing():
-    proc = python("-c", "import torch; print(torch.cuda.is_available(), 'is_cuda' in torch.Tensor.__dict__)")
+    code = "import torch; print(torch.cuda.is_available(), 'is_cuda' in torch.Tensor.__dict__)"
+    proc = python("-c", code, env=clean_env(**NO_GPU))  # torch's own answer without a GPU: False
     assert proc.stdout.split() == ["False", "False"]
 
 
@@ -55,12 +58,14 @@ def test_transfer_run_chains_the_users_sitecustomize(tmp_path):
     assert "cuda True cpu" in proc.stdout and "user site yes" in proc.stdout
 
 
+@pytest.mark.slow
 def test_transfer_run_trains_the_example(tmp_path):
     proc = run([console_script("transfer-run"), "-d", "cpu", sys.executable, TRAIN, "--epochs", "1",
                 "--workdir", str(tmp_path)])
     assert_trained(proc)
 
 
+@pytest.mark.slow
 def test_python_dash_m_transfer(tmp_path):
     proc = python("-m", "transfer", "--device", "cpu", TRAIN, "--epochs", "1", "--workdir", str(tmp_path),
                   env=clean_env(TORCH_DEVICE_BACKEND_AUTOLOAD="0"))

@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     scan.add_argument("--strict", action="store_true", help="exit 1 when anything is unsupported")
     _workers(scan)
     port = sub.add_parser(
-        "port", help="rewrite CUDA spellings to the vendor's own (libcst codemod)",
+        "port", help="rewrite CUDA spellings to the vendor's own",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="safe (always): torch.cuda.X -> torch.<dev>.X where the vendor has X; torch.cuda.amp autocast/GradScaler\n"
                "  -> torch.autocast/torch.amp.GradScaler(\"<dev>\"); .cuda() / .cuda(N) -> .to(\"<dev>[:N]\"); .is_cuda;\n"

@@ -77,7 +77,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 name="npu",
                 vendor="Huawei Ascend",
                 package="torch_npu",
-                install_hint="pip install 'transfer[npu]' (torch_npu also needs the CANN toolkit: "
+                install_hint="pip install 'cuda-transfer[npu]' (torch_npu also needs the CANN toolkit: "
                 "source /usr/local/Ascend/ascend-toolkit/set_env.sh)",
                 device_type="npu",
                 backend="hccl",

@@ -65,6 +65,12 @@ void check_index(int index) {
       g_device_count.load(), " device(s) (SIM_ACCEL_DEVICE_COUNT)");
 }
 
+// Interface methods that may not throw (noexcept) get an index no one checked: they use it only
+// when it names an installed device, never as an array index otherwise.
+bool valid_index(int index) {
+  return index >= 0 && index < g_device_count.load();
+}
+
 // ---------------------------------------------------------------- allocator
 
 constexpr size_t kRound = 512;
@@ -328,7 +334,7 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     const int idx = d.index() >= 0 ? d.index() : tls_device;
     return c10::Stream(
         c10::Stream::UNSAFE, c10::Device(static_type, static_cast<c10::DeviceIndex>(idx)),
-        tls_stream[idx]);
+        valid_index(idx) ? tls_stream[idx] : 0);
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
     const int idx = d.index() >= 0 ? d.index() : tls_device;
@@ -337,6 +343,7 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getNewStream(c10::Device d, int priority = 0) const {
     const int idx = d.index() >= 0 ? d.index() : tls_device;
+    check_index(idx);
     return c10::Stream(
         c10::Stream::UNSAFE, c10::Device(static_type, static_cast<c10::DeviceIndex>(idx)),
         g_next_stream.fetch_add(1));
@@ -347,6 +354,9 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
     const int idx = s.device_index() >= 0 ? s.device_index() : tls_device;
+    if (!valid_index(idx)) {
+      return c10::Stream(c10::Stream::UNSAFE, c10::Device(static_type, static_cast<c10::DeviceIndex>(idx)), 0);
+    }
     const int64_t old = tls_stream[idx];
     tls_stream[idx] = s.id();
     return c10::Stream(
@@ -423,7 +433,7 @@ struct SimHooks final : public at::PrivateUse1HooksInterface {
     return g_device_count.load() > 0;
   }
   bool hasPrimaryContext(c10::DeviceIndex device_index) const {
-    return true;
+    return valid_index(device_index);
   }
   c10::DeviceIndex deviceCount() const {
     return static_cast<c10::DeviceIndex>(g_device_count.load());
@@ -463,6 +473,7 @@ struct SimHooks final : public at::PrivateUse1HooksInterface {
   }
   at::Generator getNewGenerator(c10::DeviceIndex device_index) const {
     const int idx = device_index >= 0 ? device_index : tls_device;
+    check_index(idx);
     return at::make_generator<SimGenerator>(
         static_cast<c10::DeviceIndex>(idx), c10::default_rng_seed_val);
   }
