@@ -106,7 +106,7 @@ def _translate_library_impl(ctx) -> None:
     reg = ctx.registry
     if not reg.enabled("custom_ops.library_impl"):
         return
-    reg.on_revert("custom_ops.library_impl", translated.destroy_all)
+    reg.on_revert("custom_ops.translated_libraries", translated.destroy_all)
     device = ctx.profile.device_type
     own_impl = torch.library.Library.impl  # the original, for transfer's own libraries
 
