@@ -170,6 +170,13 @@ def table(results: Dict[str, Any]) -> str:
         lines.append("")
         lines.append("6. TRANSFER_LOG cost on a training step: log on / off (median [q1-q3]; A/A control alongside)")
         lines.extend(line(target, rec) for target, rec in calllog.items())
+    thirdparty = results.get("thirdparty", {}).get("targets", {})
+    if thirdparty:
+        from .thirdparty import line as thirdparty_line
+
+        lines.append("")
+        lines.append("7. Issue 15's replacements / their backend called directly (median [q1-q3]; goal 1.1x)")
+        lines.extend(thirdparty_line(target, rec) for target, rec in thirdparty.items())
     migrate = results.get("migrate", {}).get("dirs", {})
     if migrate:
         from .migrate import line as migrate_line
@@ -196,7 +203,7 @@ def findings(results: Dict[str, Any]) -> List[str]:
             if res["summary"].get("inductor_failure_caused_by_shim"):
                 notes.append(f"compile[{target}]: inductor fails under the shim only: "
                              f"{res['summary']['inductor_failure_caused_by_shim'][:140]}")
-    for family in ("calls", "training", "compile", "memory", "calllog"):
+    for family in ("calls", "training", "compile", "memory", "calllog", "thirdparty"):
         for target, res in results.get(family, {}).get("targets", {}).items():
             subs = {"": res}
             if family == "training" and isinstance(res, dict) and "single" in res:
@@ -243,6 +250,10 @@ def targets_missed(results: Dict[str, Any]) -> List[str]:
     for target, rec in results.get("calllog", {}).get("targets", {}).items():
         if C.is_ok(rec) and rec.get("meets_target") is False:
             missed.append(f"calllog[{target}] {rec['ratio']:.3f} > {rec['target']}")
+    for target, rec in results.get("thirdparty", {}).get("targets", {}).items():
+        for name, case in (rec.get("cases", {}) if C.is_ok(rec) else {}).items():
+            if case.get("meets_target") is False:
+                missed.append(f"thirdparty[{target}] {name} {case['ratio']:.3f} > {case['target']}")
     return missed
 
 

@@ -19,7 +19,7 @@ from conftest import clean_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.slow  # python -m benchmarks --quick: minutes
-FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog")
+FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty")
 TARGETS = ("cpu", "npu", "sdaa", "gcu")
 
 
@@ -132,7 +132,8 @@ def test_memory_ratio(quick_run):
 def test_calllog_ratio(quick_run):
     data, _, stdout = quick_run
     res = data["calllog"]["targets"]
-    assert set(res) == set(TARGETS)
+    assert set(res) == set(TARGETS) | {"native+plan"}  # native+plan: `transfer-run --plan`'s rehearsal
+    assert res["native+plan"]["status"] == "ok" and _number(res["native+plan"]["ratio"]), res["native+plan"]
     cpu = res["cpu"]
     assert cpu["status"] == "ok", cpu
     for key in ("ratio", "ratio_q1", "ratio_q3", "control_ratio", "shim", "native"):
@@ -159,3 +160,18 @@ def test_chart_written(quick_run):
     assert png.exists() and png.stat().st_size > 1000
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_thirdparty_ratios(quick_run):
+    """Issue 15's replacements against their backends: every case measured on the cpu target."""
+    data, _, _ = quick_run
+    results = data["thirdparty"]["targets"]
+    assert set(results) == set(TARGETS)
+    cpu = results["cpu"]
+    assert cpu["status"] == "ok", cpu
+    expected = {"fused_adam", "fused_sgd", "layer_norm", "l2norm", "scale", "custom_op", "graph_replay"}
+    assert expected <= set(cpu["cases"])
+    for name, case in cpu["cases"].items():
+        assert _number(case["ratio"]) and case["ratio"] > 0 and case["backend"], (name, case)
+    for target in TARGETS[1:]:
+        assert _explicit(results[target]), results[target]

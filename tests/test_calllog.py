@@ -201,7 +201,7 @@ def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(i
     assert isinstance(torch.Generator(device="cuda"), torch.Generator)
     assert isinstance(torch.default_generator, torch.Generator)
     with pytest.raises(transfer.UnsupportedCudaAPI):
-        torch.cuda.CUDAGraph()  # the log does not swallow the class's own error
+        torch.cuda.ExternalStream(0)  # the log does not swallow the class's own error
     transfer.uninstall()
     restored = {name: _static(r.owner, r.attribute) for name, r in
                 ((r.name, r) for r in records) if name in originals}

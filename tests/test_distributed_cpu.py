@@ -1,7 +1,9 @@
 """Collectives, DDP and SyncBatchNorm on the cpu target (gloo)."""
 
+import contextvars
 import importlib
 import os
+import weakref
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from conftest import EXAMPLES, clean_env, free_port, full_batch_reference, python
+from transfer.patches import shutdown
 from transfer.patches.distributed import translate_backend
 
 
@@ -30,9 +33,14 @@ def test_backend_spellings(spelling, vendor, cpu):
     assert translate_backend(Ctx("cpu"), spelling) == cpu
 
 
+_HELD = contextvars.ContextVar("held_by_backward_snapshots")
+
+
 def test_single_rank_nccl_ddp_with_device_ids(cpu_target, tmp_path):
     assert dist.is_nccl_available()
     dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    held = _Held()
+    token = _HELD.set(held)  # every snapshot of this context a gloo work keeps refers to it
     try:
         assert dist.get_backend() == "gloo"
         model = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))).cuda()
@@ -43,7 +51,17 @@ def test_single_rank_nccl_ddp_with_device_ids(cpu_target, tmp_path):
         dist.all_reduce(t, group=group)
         assert t.tolist() == [1.0, 1.0]
     finally:
+        # A gloo worker drops its last finished work (and the context snapshot in it) with the GIL; tearing the
+        # group down joins that worker while holding the GIL, so wait for it first with the GIL released
+        # (transfer/patches/shutdown.py: the same deadlock at exit; here it hung the pytest process).
+        _HELD.reset(token)
+        ref, held, ddp = weakref.ref(held), None, None
+        assert shutdown.drain(ref, timeout=60)
         dist.destroy_process_group()
+
+
+class _Held:
+    __slots__ = ("__weakref__",)
 
 
 

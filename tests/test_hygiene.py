@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import transfer
-from conftest import ROOT, VENDORS, clean_env, needs_standins, python
+from conftest import VENDORS, clean_env, needs_standins, python
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
 
@@ -63,8 +63,11 @@ def test_uninstall_leaves_a_patch_made_after_transfer_and_restores_once_it_is_un
 # --- b. a second copy of transfer, torch_npu's transfer_to_npu -------------------------------
 
 def test_a_second_copy_of_transfer_is_refused_whichever_installs_first(tmp_path):
+    import transfer  # the copy under test: the checkout's, or the installed wheel's under nox
+
+    installed = os.path.dirname(os.path.abspath(transfer.__file__))
     vendored = tmp_path / "site" / "_vendored_copy"
-    shutil.copytree(os.path.join(ROOT, "transfer"), vendored / "transfer",
+    shutil.copytree(installed, vendored / "transfer",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (vendored / "__init__.py").write_text("")
     code = textwrap.dedent("""
@@ -83,7 +86,7 @@ def test_a_second_copy_of_transfer_is_refused_whichever_installs_first(tmp_path)
     out = proc.stdout
     assert out.count("ConflictError another copy of transfer is active") == 2, out + proc.stderr
     assert out.count("second active: False") == 2 and out.count("clean: True") == 2
-    assert str(vendored / "transfer") in out and os.path.join(ROOT, "transfer") in out
+    assert str(vendored / "transfer") in out and installed in out
 
 
 @needs_standins

@@ -81,11 +81,12 @@ def _problems(record, native):
     ours = (obj.__module__, obj.__qualname__)
     if ours != (names["__module__"], names["__qualname__"]):
         # Allowed only where the original's reference names another place, which still
-        # holds the original: then ours must name the place it is installed at.
-        from transfer.likeness import installed_path, resolve
+        # holds the original: then ours must name a place that holds ours (where it is
+        # installed; for a rebound copy, ``from torch import tensor`` in a library module,
+        # the public place the same replacement is installed at).
+        from transfer.likeness import resolve
 
-        if resolve(names["__module__"], names["__qualname__"]) is obj or ours != installed_path(record.owner,
-                                                                                               record.attribute):
+        if resolve(names["__module__"], names["__qualname__"]) is obj or resolve(*ours) is not obj:
             found.append(f"names {ours} != native {(names['__module__'], names['__qualname__'])}")
     if callable(obj) and not inspect.isclass(obj):
         if inspect.unwrap(obj) is not inspect.unwrap(native["obj"]):

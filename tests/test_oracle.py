@@ -20,7 +20,6 @@ import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from conftest import ROOT, VENDORS, clean_env, needs_standins, run
 
@@ -28,6 +27,7 @@ ORACLE = os.path.join(ROOT, "tests", "oracle")
 sys.path.insert(0, ORACLE)
 import cuda_expected  # noqa: E402
 import cuda_semantics  # noqa: E402
+from program_strategy import programs  # noqa: E402
 
 COUNT = 2  # devices every target reports here
 PROGRAMS = 40  # generated programs per target, besides the hypothesis ones
@@ -48,6 +48,8 @@ KNOWN = {
         "device_strings": {"/cpu/factory/is_cuda", "/cpu:0/factory/is_cuda", "/cuda/factory/index",
                            "/cuda:0/factory/index", "/cuda:1/factory/index"},
         "rng_device_ops_leave_cpu_stream": {"/after_device_ops["},
+        # host tensors are the target's tensors there: a kernel registered for CUDA runs for them too
+        "library_cuda_kernel": {"/host"},
     },
     "npu": {},
     "sdaa": {},
@@ -124,6 +126,20 @@ def test_standin_computes_what_cuda_computes(target):
     check_target(target)
 
 
+@needs_standins
+@pytest.mark.parametrize("target", ["npu", "sdaa", "gcu"])
+def test_generated_programs_on_the_standins(target, tmp_path):
+    """hypothesis, in a child process where the stand-in is imported (tests/oracle/programs_property.py)."""
+    env = clean_env(TRANSFER_DEVICE=target, TRANSFER_QUIET="1", SIM_ACCEL_DEVICE_COUNT=COUNT,
+                    ORACLE_DEVICE_COUNT=COUNT, ORACLE_TENSOR_DRAWS="1" if TENSOR_DRAWS[target] else "0")
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "SDAA_VISIBLE_DEVICES", "TOPS_VISIBLE_DEVICES"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join([VENDORS] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                  os.path.join(ORACLE, "programs_property.py")], env=env, timeout=900, check=False)
+    assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-6000:] + result.stderr[-3000:]
+
+
 def test_known_limits_are_in_the_readme():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
         readme = fh.read()
@@ -134,47 +150,6 @@ def test_known_limits_are_in_the_readme():
 
 
 # ------------------------------------------------------------------ hypothesis, in this process
-
-
-@st.composite
-def programs(draw, tensor_draws):
-    """Sequences of ops in cuda_semantics.run_program's vocabulary."""
-    ops, hosts, devices = [("host", "h0", draw(st.integers(-3, 3)))], 1, 0
-    draws = cuda_semantics.FACTORY_DRAWS + (cuda_semantics.TENSOR_DRAWS if tensor_draws else ())
-    for _ in range(draw(st.integers(1, 16))):
-        kind = draw(st.sampled_from(["host", "move", "inplace", "binary", "seed", "draw", "draw_cpu", "state",
-                                     "autocast"]))
-        if kind == "host":
-            ops.append(("host", f"h{hosts}", draw(st.integers(-3, 3))))
-            hosts += 1
-        elif kind == "move":
-            ops.append(("move", f"h{draw(st.integers(0, hosts - 1))}", f"d{devices}",
-                        draw(st.sampled_from(cuda_semantics.MOVES))))
-            devices += 1
-        elif kind == "inplace":
-            name = draw(st.sampled_from([f"h{i}" for i in range(hosts)] + [f"d{i}" for i in range(devices)]))
-            ops.append(("inplace", name, draw(st.sampled_from(["add_", "sub_", "mul_", "remainder_"])),
-                        draw(st.sampled_from([-2, -1, 1, 2, 3]))))
-        elif kind == "binary" and devices:
-            ops.append(("binary", f"d{draw(st.integers(0, devices - 1))}", f"d{draw(st.integers(0, devices - 1))}",
-                        f"d{devices}"))
-            devices += 1
-        elif kind == "seed":
-            ops.append(("seed", draw(st.sampled_from(["torch.manual_seed", "torch.cuda.manual_seed",
-                                                      "torch.cuda.manual_seed_all"])), draw(st.sampled_from([0, 1, 2]))))
-        elif kind == "draw":
-            ops.append(("draw", f"d{devices}", draw(st.sampled_from(draws))))
-            devices += 1
-        elif kind == "draw_cpu":
-            ops.append(("draw_cpu", f"h{hosts}"))
-            hosts += 1
-        elif kind == "state":
-            ops.append(("state", draw(st.sampled_from(["save", "restore"])), draw(st.sampled_from(["cuda", "cpu"]))))
-        elif kind == "autocast" and devices:
-            ops.append(("autocast", f"d{draw(st.integers(0, devices - 1))}", f"d{draw(st.integers(0, devices - 1))}",
-                        f"d{devices}", draw(st.sampled_from(cuda_semantics.AUTOCASTS))))
-            devices += 1
-    return ops
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, python, run
+from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
 
 pytestmark = [pytest.mark.skipif(not STANDINS, reason=NO_STANDINS), pytest.mark.slow]  # every test runs a stand-in
 
@@ -40,7 +40,7 @@ def test_script_importing_the_vendor_plugin_first(vendor, way, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(VENDOR_FIRST.format(v=vendor))
     if way == "runner":
-        proc = run(["transfer-run", sys.executable, str(script)], env=clean_env(PYTHONPATH=VENDORS, TRANSFER_QUIET=1),
+        proc = run([console_script("transfer-run"), sys.executable, str(script)], env=clean_env(PYTHONPATH=VENDORS, TRANSFER_QUIET=1),
                    timeout=600)
     else:
         device = vendor if way == "env" else "auto"
@@ -68,7 +68,7 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("vendor, capability", [("npu", "(0, 0)"), ("sdaa", "(0, 0)"), ("gcu", "(3, 0)")])
+@pytest.mark.parametrize("vendor, capability", [("npu", "(8, 0)"), ("sdaa", "(8, 0)"), ("gcu", "(8, 0)")])
 def test_broadcast_works_whatever_the_vendor_says_about_capability(vendor, capability, tmp_path):
     """torch_sdaa has no get_device_capability, torch_npu answers None: torch's own
     dist.broadcast (and broadcast_object_list) must still work, and the user gets a tuple."""

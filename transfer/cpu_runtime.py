@@ -170,15 +170,19 @@ def _total_memory() -> int:
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
-    if device is not None:
-        _index(device)
-    return DeviceProperties(get_device_name(), _total_memory(), os.cpu_count() or 1)
+    major, minor = get_device_capability(device)
+    return DeviceProperties(get_device_name(), _total_memory(), os.cpu_count() or 1, major, minor)
 
 
 def get_device_capability(device: Any = None) -> tuple:
+    """(8, 0): the cpu target computes in bf16 (its autocast's dtype), as Ampere-class GPUs do.
+
+    transfer's capability policy (support.capability_policy): `>= (8, 0)` gates pick
+    bf16, which CPUs run ~5x faster than fp32 and ~3000x faster than fp16 here.
+    """
     if device is not None:
         _index(device)
-    return (0, 0)
+    return (8, 0)
 
 
 def mem_get_info(device: Any = None) -> tuple:
@@ -415,6 +419,5 @@ PLACEHOLDERS = frozenset(
         "max_memory_cached",
         "memory_stats",
         "memory_summary",
-        "get_device_capability",
     }
 )

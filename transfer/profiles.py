@@ -56,6 +56,9 @@ class Profile(NamedTuple):
     # tccl: one process per device; several ranks may not share a card.
     one_process_per_device: bool = False
     notes: str = ""
+    # What the target offers instead of a CUDA C++ extension (.cu sources), for the
+    # error a CUDAExtension / cpp_extension.load of CUDA sources raises.
+    custom_kernels: str = ""
 
     @property
     def is_cpu(self) -> bool:
@@ -79,6 +82,9 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="npu",
                 backend="hccl",
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
+                custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
+                "from PyTorch through torch_npu's custom-operator adaptation (OpPlugin) or a C++ extension "
+                "registering the op for PrivateUse1",
                 env=_env(
                     NCCL_SOCKET_IFNAME=EnvRename(
                         "HCCL_SOCKET_IFNAME", note="same syntax ('eth', '^eth', '=eth0', '^=eth0': CANN's "
@@ -107,6 +113,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="sdaa",
                 backend="tccl",
                 visible_devices_env="SDAA_VISIBLE_DEVICES",
+                custom_kernels="kernels in Tecorigin's own device language from its SDK, registered for "
+                "PrivateUse1 through torch_sdaa's extension mechanism",
                 # tccl is NCCL-derived and keeps NCCL's variable names (and, assumed, the interface
                 # syntax) under its prefix; its TORCH_NCCL_* counterparts are not known.
                 env=_env(NCCL_SOCKET_IFNAME=EnvRename(
@@ -124,6 +132,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="gcu",
                 backend="eccl",
                 visible_devices_env="TOPS_VISIBLE_DEVICES",
+                custom_kernels="kernels in Enflame's own device language from its TopsRider SDK, registered "
+                "for PrivateUse1 through torch_gcu's extension mechanism",
                 # eccl is NCCL-derived (ECCL_SOCKET_IFNAME, ECCL_IB_HCA='^=mlx5_10' in Enflame's
                 # deployment guides); torch_gcu's process group reads TORCH_ECCL_* (Enflame's vLLM
                 # worker sets TORCH_ECCL_AVOID_RECORD_STREAMS; guides set TORCH_ECCL_ASYNC_ERROR_HANDLING).
@@ -144,6 +154,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="cpu",
                 backend="gloo",
                 visible_devices_env=None,
+                custom_kernels="a C++ CPU implementation built with CppExtension / cpp_extension.load of the "
+                ".cpp sources alone",
                 env=_env(
                     # torch's gloo takes a comma-separated list of exact interface names, each of which
                     # must exist: NCCL's selection becomes the first interface of this host it selects.

@@ -140,6 +140,7 @@ class Registry:
                               make_replacement: Callable[[Any], Any]) -> None:
         """Replace ``<module>.<owner>.<attribute>`` now, or when `module` is imported.
 
+        An empty `owner` names the module itself (``<module>.<attribute>``).
         For modules torch imports lazily (torch._dynamo: ~1 s): a wrapt
         post-import hook applies the patch on import, unless `revert_all` ran
         in between. `make_replacement` receives the original and returns the
@@ -154,7 +155,7 @@ class Registry:
                 if self._reverted:
                     return
                 try:
-                    target = functools.reduce(getattr, owner.split("."), loaded)
+                    target = functools.reduce(getattr, owner.split(".") if owner else (), loaded)
                     original = getattr(target, attribute)
                 except AttributeError:
                     return

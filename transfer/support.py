@@ -85,7 +85,8 @@ _COMMON = _DEVICE + _STREAMS + _RNG + _MEMORY + ("get_device_name", "get_device_
 #: vendors' published sources; tests/vendors' stand-ins publish the same names).
 VENDOR_API: Mapping[str, frozenset] = {
     "npu": frozenset(_COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
-                                "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
+                                "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork",
+                                "graph", "graph_pool_handle", "make_graphed_callables")),
     "sdaa": frozenset(_COMMON + ("_lazy_init", "_is_in_bad_fork")),
     "gcu": frozenset(_COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
                                 "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
@@ -102,8 +103,7 @@ CPU_API = frozenset(
 #: Names a target answers with a fixed value rather than a measurement.
 PLACEHOLDERS: Mapping[str, frozenset] = {
     "cpu": frozenset({"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                      "memory_cached", "max_memory_cached", "memory_stats", "memory_summary",
-                      "get_device_capability"}),
+                      "memory_cached", "max_memory_cached", "memory_stats", "memory_summary"}),
 }
 
 #: CUDA-only helpers torch calls on itself once torch.cuda.is_available() is
@@ -129,6 +129,68 @@ HARMLESS: Mapping[str, Any] = {
 }
 
 
+#: Capability policy (README "Capability checks"). Targets whose own
+#: get_device_capability answers a CUDA-style value when the named variable is
+#: set (torch_npu: TORCH_NPU_DEVICE_CAPABILITY="8.0"; None otherwise). Every
+#: other answer is derived: the CUDA-equivalent of what the hardware computes,
+#: CAPABILITY_BF16 where the target's is_bf16_supported() is True, else
+#: CAPABILITY_FP16. A vendor's own numbering (torch_gcu's properties say 3.0) is
+#: not CUDA's and is not passed through. get_device_properties().major/minor
+#: answer the same; torch.version.cuda stays None (it names a CUDA toolkit).
+NATIVE_CAPABILITY_ENV: Mapping[str, str] = {"npu": "TORCH_NPU_DEVICE_CAPABILITY"}
+CAPABILITY_BF16 = (8, 0)  # Ampere-class: bf16 (A100's is the capability `>= (8, 0)` gates look for)
+CAPABILITY_FP16 = (7, 0)  # Volta-class: fp16 only
+
+
+def capability_policy(profile: str) -> str:
+    """What get_device_capability answers on `profile`, in words (docs, scan, notices)."""
+    env = NATIVE_CAPABILITY_ENV.get(profile)
+    derived = (f"{CAPABILITY_BF16} where the device supports bf16 (torch.cuda.is_bf16_supported()), "
+               f"else {CAPABILITY_FP16}")
+    if profile == "cpu":
+        derived = f"{CAPABILITY_BF16}: CPU autocast computes in bf16"
+    return f"{env} when set, else {derived}" if env else derived
+
+
+def capability_notice(profile: str, value: tuple) -> str:
+    """The one notice a script's first get_device_capability call gets where the answer is derived."""
+    p = PROFILES[profile]
+    env = NATIVE_CAPABILITY_ENV.get(profile)
+    choose = f"; set {env}=major.minor to choose the value" if env else ""
+    return (f"torch.cuda.get_device_capability: {p.vendor} ({p.device_type}) has no CUDA compute capability; "
+            f"transfer answers {value}, the CUDA-equivalent of what the device computes "
+            f"({'bf16 supported' if value >= CAPABILITY_BF16 else 'no bf16'}){choose}")
+
+
+#: CUDA graph names (patches/graphs.py): the vendor's graph API where it has one
+#: (torch_npu's NPUGraph family, read in the 2.13.0 wheel's torch_npu/npu/graphs.py),
+#: else transfer's op-by-op replay (transfer/graph_replay.py).
+GRAPH_NAMES = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle", "is_current_stream_capturing")
+VENDOR_GRAPHS: Mapping[str, Mapping[str, str]] = {
+    "npu": {"CUDAGraph": "NPUGraph", "graph": "graph", "make_graphed_callables": "make_graphed_callables",
+            "graph_pool_handle": "graph_pool_handle", "is_current_stream_capturing": "is_current_stream_capturing"},
+}
+_REPLAY = {
+    "CUDAGraph": "capture records the ops (tensors created then are the graph's static memory; writes are not "
+                 "applied during capture, as CUDA does not run its kernels then); replay() re-runs them on the same "
+                 "tensors: CUDA's results, no launch savings; one notice",
+    "graph": "the capture context of the replaying CUDAGraph (pool and stream accepted)",
+    "make_graphed_callables": "returns the callables running eagerly (same results, fresh outputs), one notice",
+    "graph_pool_handle": "an opaque token (each graph holds its own tensors)",
+    "is_current_stream_capturing": "True while a capture is underway on this thread",
+}
+
+
+def _graph_support(profile: str, name: str) -> Support:
+    vendor = VENDOR_GRAPHS.get(profile, {})
+    p = PROFILES[profile]
+    if name in vendor:
+        return Support(TRANSLATED, f"torch.{p.device_type}.{vendor[name]}",
+                       f"{p.package}'s graph API (on a {p.package} without it: transfer's op replay)")
+    home = "transfer.graph_replay"
+    return Support(TRANSLATED, f"{home}.{name}", _REPLAY[name])
+
+
 def target_api(profile: str) -> frozenset:
     """The torch.cuda names the target's own module provides."""
     return CPU_API if profile == "cpu" else VENDOR_API.get(profile, frozenset())
@@ -137,10 +199,12 @@ def target_api(profile: str) -> frozenset:
 def _cuda_support(profile: str, name: str) -> Support:
     p = PROFILES[profile]
     home = "transfer.cpu_runtime" if p.is_cpu else f"torch.{p.device_type}"
-    if name == "get_device_capability" and (name not in target_api(profile) or profile in ("npu", "cpu")):
-        why = ("torch_npu answers None unless TORCH_NPU_DEVICE_CAPABILITY is set" if profile == "npu"
-               else f"{p.vendor} has no CUDA compute capability")
-        return Support(PLACEHOLDER, "(0, 0)", f"{why}; `capability >= (8, 0)` gates take their fallback branch")
+    if name in GRAPH_NAMES:
+        return _graph_support(profile, name)
+    if name == "get_device_capability":
+        return Support(PLACEHOLDER, capability_policy(profile),
+                       f"{p.vendor} has no CUDA compute capability; the CUDA-equivalent of what it computes, so "
+                       "`capability >= (8, 0)` picks bf16 exactly where the device has it (README, Capability checks)")
     if name in target_api(profile):
         if name in PLACEHOLDERS.get(profile, ()):
             return Support(PLACEHOLDER, f"{home}.{name}", "no real value on this target; returns 0 / a neutral value")
@@ -232,14 +296,20 @@ OTHER_APIS: Tuple[_Row, ...] = (
     ("torch.nn.DataParallel", TRANSLATED, "one {dev} device",
      "torch's scatter/gather are CUDA-only C++: runs on one device of the target; use DDP for more", {}),
     ("torch.utils.cpp_extension.CUDAExtension", UNSUPPORTED, "",
-     "CUDA C++ kernels do not run on {vendor}; port them to the vendor's kernel language and build system", {}),
+     "CUDA C++ kernels do not run on {vendor}: CUDAExtension (and cpp_extension.load / load_inline of .cu "
+     "sources, cuda_sources or with_cuda=True) raises UnsupportedCudaAPI naming the files and what the target "
+     "offers instead, before any compiler runs; C++-only builds are untouched", {}),
+    ("torch.library CUDA kernels", TRANSLATED, "the same kernel for {key}",
+     "Library.impl / torch.library.impl / register_kernel / custom_op(device_types='cuda') registrations for "
+     "CUDA, AutogradCUDA, AutocastCUDA (...) also register for the target's key; a kernel registered natively "
+     "for the target wins; removed on uninstall; register_fake / register_autograd need nothing",
+     {"cpu": (TRANSLATED, "the same kernel for CPU", "as for a vendor, with the CPU keys (CPU, AutogradCPU, ...)")}),
     ("torch.utils.cpp_extension.load", UNSUPPORTED, "",
      "load / load_inline of CUDA sources (.cu/.cuh files, cuda_sources=, with_cuda=True): CUDA C++ kernels do not "
-     "run on {vendor}; port them to the vendor's kernel language and build system", {}),
+     "run on {vendor}; raises UnsupportedCudaAPI naming the files and what the target offers instead, before any "
+     "compiler runs", {}),
     ("CUDA source file", UNSUPPORTED, "",
      "a .cu/.cuh file: CUDA C++ kernels do not run on {vendor}; port them to the vendor's kernel language", {}),
-    ("apex", UNSUPPORTED, "",
-     "apex's fused kernels (amp_C, FusedAdam, ...) are CUDA C++; use torch.amp and torch.optim (fused/foreach)", {}),
     ("torch.jit.script", TRANSLATED, "torch.jit.script on {dev}",
      "the graphs' 'cuda' constants name the target (patches/torchscript.py); not rewritten: x.cuda() inside TorchScript "
      "and CUDA models loaded with torch.jit.load",
@@ -274,6 +344,132 @@ _FA_VARLEN_NPU = ("npu_fusion_attention TND with actual_seq_qlen/actual_seq_kvle
                   "host: one sync per call, as the op requires)")
 _FA_PROVIDED = "transfer's flash_attn {fa} (transfer/thirdparty/flash_attn): the real package's CUDA kernels cannot run on {dev}"
 FLASH_ATTN_VERSION = "2.7.4.post1"
+
+_APEX = "transfer's apex (transfer/thirdparty/apex): the real package's CUDA kernels cannot run on {dev}"
+_HALF = "float16"
+_AMP_FNS = ("state_dict", "load_state_dict", "disable_casts", "half_function", "float_function", "promote_function",
+            "register_half_function", "register_float_function", "register_promote_function")
+_AMP_C = {
+    "multi_tensor_scale": "out = in * scale (float32 math); noop_flag = 1 on inf/nan input (GradScaler's unscale kernel)",
+    "multi_tensor_axpby": "out = a*x + b*y; noop_flag on inf/nan of the checked argument",
+    "multi_tensor_l2norm": "(total, per-tensor) float32 L2 norms (foreach norm); noop_flag when not finite",
+    "multi_tensor_l2norm_mp": "as multi_tensor_l2norm",
+    "multi_tensor_unscale_l2norm": "norms of tensors * inv_scale, tensors unchanged",
+    "multi_tensor_adam": "apex's Adam/AdamW update (mode 1/0) in float32, foreach ops",
+    "multi_tensor_sgd": "apex's SGD update (momentum, nesterov, wd before/after momentum, scale); skipped when "
+                        "noop_flag is set",
+    "multi_tensor_lamb": "apex's LAMB (global-norm clipping, trust ratio); the grads receive the updates",
+}
+_APEX_ROWS: Tuple[_Row, ...] = (
+    ("apex", TRANSLATED, "transfer's apex", _APEX, {}),
+    ("apex.amp", TRANSLATED, "torch.amp", "apex's amp on torch.autocast and GradScaler's unscale kernel", {}),
+    ("apex.amp.initialize", TRANSLATED, "torch.autocast / model casts",
+     "O0-O3 with apex's properties, overrides, checks and returned structures; O1: each model's forward under "
+     "torch.autocast with apex's half dtype, floating outputs in float32 (apex's loss functions ran in float32; "
+     "ops outside the models are not cast, apex patched them process-wide); O2/O3: model cast to the half dtype "
+     "(O2 keeps BatchNorm float32), float32 master weights (O2), state_dict in float32; half = " + _HALF,
+     {"cpu": (TRANSLATED, "torch.autocast('cpu') / model casts",
+              "as on the vendors, with apex's float16 made bfloat16 by the cpu target's autocast policy "
+              "(TRANSFER_CPU_AMP_DTYPE=float16 keeps it)")}),
+    ("apex.amp.scale_loss", TRANSLATED, "apex's loss scaler",
+     "loss.float() * scale; dynamic: 2**16 start, skip + halve on inf/nan, x2 after 2000 clean steps, "
+     "min/max_loss_scale; unscale + check in one GradScaler kernel; one host read per backward, as apex", {}),
+    ("apex.amp.master_params", TRANSLATED, "the optimizer's parameters", "the float32 masters with O2", {}),
+    *((f"apex.amp.{name}", TRANSLATED, "apex's", "as apex; O1 casts follow torch.autocast", {}) for name in _AMP_FNS),
+    ("apex.optimizers", TRANSLATED, "transfer's apex.optimizers", "FusedAdam, FusedLAMB, FusedSGD", {}),
+    ("apex.optimizers.FusedAdam", TRANSLATED, "torch fused AdamW / foreach ops",
+     "apex's rule (adam_w_mode=True default: decoupled decay; False: L2), bias_correction, one step counter per "
+     "group, float32 moments for half parameters, amsgrad raises; torch's fused Adam(W) kernel for float32 "
+     "parameters where the target has one", {}),
+    ("apex.optimizers.FusedLAMB", TRANSLATED, "torch foreach ops",
+     "apex's LAMB: global grad norm clipped to max_grad_norm (the defaults'), trust ratio ||p||/||u|| with "
+     "weight_decay or use_nvlamb, grads receive the updates", {}),
+    ("apex.optimizers.FusedSGD", TRANSLATED, "torch foreach ops",
+     "apex's SGD: wd before (or after) momentum, first-run momentum = grad, nesterov; O2 master weights", {}),
+    ("apex.optimizers.fused_adam", TRANSLATED, "transfer's apex.optimizers.fused_adam", "FusedAdam", {}),
+    ("apex.optimizers.fused_lamb", TRANSLATED, "transfer's apex.optimizers.fused_lamb", "FusedLAMB", {}),
+    ("apex.optimizers.fused_sgd", TRANSLATED, "transfer's apex.optimizers.fused_sgd", "FusedSGD", {}),
+    ("apex.normalization", TRANSLATED, "transfer's apex.normalization", "the four fused norms", {}),
+    ("apex.normalization.FusedLayerNorm", TRANSLATED, "F.layer_norm in float32",
+     "apex's kernel semantics: float32 statistics, under autocast input and parameters cast to the autocast "
+     "dtype and the output in it (torch.nn.LayerNorm answers float32 there), eps 1e-5", {}),
+    ("apex.normalization.FusedRMSNorm", TRANSLATED, "F.rms_norm in float32",
+     "x / sqrt(mean(x**2) + eps) * weight, float32 math, autocast as FusedLayerNorm, eps 1e-5", {}),
+    ("apex.normalization.MixedFusedLayerNorm", TRANSLATED, "F.layer_norm in float32",
+     "output in the parameters' dtype (Megatron's mixed-dtype norm), always affine", {}),
+    ("apex.normalization.MixedFusedRMSNorm", TRANSLATED, "F.rms_norm in float32",
+     "output in the parameter's dtype, always affine", {}),
+    ("apex.normalization.fused_layer_norm", TRANSLATED, "transfer's apex.normalization.fused_layer_norm",
+     "the modules, the fused_* functions (eps 1e-6), the *Function.apply entry points, manual_rms_norm", {}),
+    ("apex.parallel", TRANSLATED, "transfer's apex.parallel", "DDP, SyncBatchNorm, convert_syncbn_model", {}),
+    ("apex.parallel.DistributedDataParallel", TRANSLATED, "torch DDP + apex's averaging hook",
+     "parameters broadcast at construction, no buffer sync, grads * 1/gradient_predivide_factor, all-reduce, "
+     "* predivide/world (gradient_average), allreduce_always_fp32, message_size as the bucket size, "
+     "delay_allreduce and disable/enable_allreduce honoured; stream/trigger tuning warns once", {}),
+    ("apex.parallel.SyncBatchNorm", TRANSLATED, "torch.nn.SyncBatchNorm",
+     "plus apex's channel_last, fuse_relu and forward(input, z)", {}),
+    ("apex.parallel.convert_syncbn_model", TRANSLATED, "apex.parallel.SyncBatchNorm", "as apex", {}),
+    ("apex.parallel.Reducer", TRANSLATED, "torch.distributed", "broadcast at construction, reduce() sums grads", {}),
+    ("apex.parallel.create_syncbn_process_group", TRANSLATED, "torch.distributed.new_group", "as apex", {}),
+    ("apex.parallel.ReduceOp", TRANSLATED, "torch.distributed.ReduceOp", "", {}),
+    ("apex.multi_tensor_apply", TRANSLATED, "transfer's amp_C",
+     "multi_tensor_applier(op, noop_flag, lists, *args) calls op(2048 * 32, noop_flag, lists, *args)", {}),
+    ("apex.*", UNSUPPORTED, "",
+     "transfer's apex provides amp, optimizers (FusedAdam/FusedLAMB/FusedSGD), normalization, parallel and "
+     "multi_tensor_apply; contrib, transformer, fp16_utils, mlp, fused_dense, ... raise ModuleNotFoundError "
+     "naming what is provided", {}),
+    ("amp_C", TRANSLATED, "transfer's amp_C", "apex's multi-tensor kernels as torch foreach ops "
+     "(transfer/thirdparty/amp_C.py); chunk_size is ignored", {}),
+    *((f"amp_C.{name}", TRANSLATED, "torch foreach ops", why, {}) for name, why in _AMP_C.items()),
+    ("amp_C.*", UNSUPPORTED, "", "other amp_C kernels (novograd, adagrad, lamb_mp, update_scale_hysteresis, ...) "
+     "are not provided: AttributeError naming what is", {}),
+)
+
+
+class Rewrite(NamedTuple):
+    """A torch-native spelling `transfer port` may write instead of a third-party call."""
+
+    to: str  # the replacement, with the original's arguments named
+    when: str  # the conditions under which it computes the same
+    note: str = ""
+
+
+#: The safe torch-native rewrites of rows of this table (one source for `transfer port`).
+NATIVE_REWRITES: Mapping[str, Rewrite] = {
+    "apex.optimizers.FusedAdam": Rewrite(
+        "torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True) "
+        "(adam_w_mode=False: torch.optim.Adam(..., fused=True))",
+        "bias_correction=True, float32 parameters, not under apex.amp O2, amsgrad/capturable unset",
+        "torch counts steps per parameter, apex per group: equal while every parameter gets a gradient every "
+        "step; fused=True needs a fused kernel for the device (torch >= 2.4 on CPU), else foreach=True"),
+    "apex.optimizers.FusedSGD": Rewrite(
+        "torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, "
+        "nesterov=nesterov, foreach=True)",
+        "wd_after_momentum=False, float32 parameters, not under apex.amp",
+        "set_grad_none=False is apex's default: optimizer.zero_grad() then zeroes (torch's default sets None)"),
+    "apex.normalization.FusedLayerNorm": Rewrite(
+        "torch.nn.LayerNorm(normalized_shape, eps=eps, elementwise_affine=elementwise_affine)",
+        "outside autocast (under autocast apex answers in the autocast dtype, torch.nn.LayerNorm in float32); "
+        "memory_efficient dropped"),
+    "apex.normalization.FusedRMSNorm": Rewrite(
+        "torch.nn.RMSNorm(normalized_shape, eps=eps, elementwise_affine=elementwise_affine)",
+        "torch >= 2.4; outside autocast; eps passed explicitly (torch's default is finfo(dtype).eps, apex's 1e-5)"),
+    "apex.parallel.convert_syncbn_model": Rewrite(
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)", "channel_last=False"),
+    "apex.parallel.SyncBatchNorm": Rewrite(
+        "torch.nn.SyncBatchNorm(num_features, eps, momentum, affine, track_running_stats, process_group)",
+        "channel_last=False, fuse_relu=False, forward without z"),
+    "apex.parallel.DistributedDataParallel": Rewrite(
+        "torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False)",
+        "gradient_predivide_factor=1.0, gradient_average=True, allreduce_always_fp32=False",
+        "apex broadcasts parameters at construction and never syncs buffers"),
+}
+
+
+def native_rewrite(api: str) -> Optional[Rewrite]:
+    """The safe torch-native rewrite of a row, or None."""
+    return NATIVE_REWRITES.get(api)
+
 
 THIRDPARTY_APIS: Tuple[_Row, ...] = (
     ("flash_attn", TRANSLATED, "transfer's flash_attn", _FA_PROVIDED, {}),
@@ -322,6 +518,7 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
     ("xformers.ops.unbind", TRANSLATED, "torch.unbind", "", {}),
     ("xformers.*", UNSUPPORTED, "", "transfer's xformers provides xformers.ops attention (memory_efficient_attention, "
      "fmha, attn_bias, unbind); other modules raise ModuleNotFoundError naming what is provided", {}),
+    *_APEX_ROWS,
     # Packages transfer does not serve (no transfer/thirdparty/ tree): what breaks, and what to use on the target.
     ("bitsandbytes", UNSUPPORTED, "",
      "not provided by transfer: its 8-bit/4-bit layers and optimizers (bnb.nn.Linear8bitLt, Linear4bit, "
@@ -359,7 +556,8 @@ _OTHER: Dict[str, _Row] = {row[0]: row for row in OTHER_APIS + THIRDPARTY_APIS}
 
 
 #: Package rows that cover only themselves and their dunders: their modules are judged one by one.
-_PACKAGE_ROWS = frozenset({"flash_attn", "flash_attn.ops", "flash_attn.layers", "xformers", "transformer_engine"})
+_PACKAGE_ROWS = frozenset({"flash_attn", "flash_attn.ops", "flash_attn.layers", "xformers", "transformer_engine",
+                           "apex", "apex.amp", "apex.optimizers", "apex.normalization", "apex.parallel", "amp_C"})
 
 
 def thirdparty_api(qualified: str) -> Optional[str]:
@@ -382,7 +580,8 @@ def _other_support(profile: str, row: _Row) -> Support:
     if profile in overrides:
         cls, to, reason = overrides[profile]
     p = PROFILES[profile]
-    fill = dict(dev=p.device_type, backend=p.backend, pkg=p.package or "torch", vendor=p.vendor, fa=FLASH_ATTN_VERSION)
+    fill = dict(dev=p.device_type, backend=p.backend, pkg=p.package or "torch", vendor=p.vendor, fa=FLASH_ATTN_VERSION,
+                key="CPU" if p.is_cpu else "PrivateUse1")
     return Support(cls, to.format(**fill), reason.format(**fill))
 
 

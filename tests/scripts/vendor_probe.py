@@ -45,11 +45,19 @@ torch.cuda.nvtx.range_pop()
 
 # An API the vendor lacks: a clear error naming it and the package.
 try:
-    torch.cuda.CUDAGraph()
+    torch.cuda.get_arch_list()
 except UnsupportedCudaAPI as exc:
-    assert "torch.cuda.CUDAGraph" in str(exc) and f"torch_{name}" in str(exc), exc
+    assert "torch.cuda.get_arch_list" in str(exc) and f"torch_{name}" in str(exc), exc
 else:
-    raise AssertionError("CUDAGraph should be unsupported")
+    raise AssertionError("get_arch_list should be unsupported")
+# CUDA graphs: the vendor's graph API (npu) or transfer's replay, never the unsupported stand-in class.
+graph = torch.cuda.CUDAGraph()
+static = torch.ones(2, device="cuda")
+with torch.cuda.graph(graph):
+    doubled = static * 2
+static.fill_(3.0)
+graph.replay()
+assert doubled.tolist() == [6.0, 6.0], doubled
 
 # AMP on the vendor.
 with torch.autocast("cuda", dtype=torch.bfloat16):

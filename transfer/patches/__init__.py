@@ -21,6 +21,7 @@ logger = logging.getLogger("transfer")
 AREAS = (
     "environment",  # CUDA_VISIBLE_DEVICES / NCCL_* -> the vendor's variables
     "cuda_namespace",  # torch.cuda.* -> torch.<vendor>.* (or the cpu runtime)
+    "graphs",  # torch.cuda.CUDAGraph / graph / make_graphed_callables -> the vendor's graphs, or op replay
     "accelerator",  # torch.accelerator on the cpu target: none, as on a CPU-only build
     "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
     "dynamo",  # torch.compile answers x.is_cuda as eager does
@@ -35,6 +36,7 @@ AREAS = (
     "ddp",  # DistributedDataParallel device validation
     "sync_batchnorm",  # SyncBatchNorm device check (and CPU kernels)
     "data_parallel",  # nn.DataParallel
+    "custom_ops",  # torch.library kernels for CUDA keys -> the target's; CUDA C++ builds refused clearly
     "shutdown",  # clean interpreter exit after distributed jobs
     "torchscript",  # TorchScript maps the replacements to torch's builtins
     "copies",  # last, after TRANSFER_LOG: `from torch.cuda import X` bound before install -> the replacement

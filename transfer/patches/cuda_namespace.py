@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import sys
 import types
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -43,6 +44,8 @@ def apply(ctx) -> None:
     names += [n for n in _INTERNAL_DEFAULTS if n not in names]
     placeholders = support.PLACEHOLDERS.get(ctx.profile.name, frozenset())
     for name in names:
+        if name in support.GRAPH_NAMES and ctx.registry.enabled(f"graphs.{name}"):
+            continue  # the graphs area (patches/graphs.py) installs these
         original = getattr(cuda, name, None)
         if inspect.isclass(original) and issubclass(original, BaseException):
             continue  # torch 2.0-2.x list OutOfMemoryError here: torch's own exception, or `except` breaks
@@ -50,7 +53,7 @@ def apply(ctx) -> None:
         if name == "get_device_capability":
             impl = _capability(ctx, original, impl, target_name, placeholder=name in placeholders)
         elif name == "get_device_properties" and impl is not None and ctx.cpu is None:  # the cpu runtime's are CUDA's
-            impl = _cuda_style_properties(_translating(ctx, name, original, impl))
+            impl = _cuda_style_properties(ctx, _translating(ctx, name, original, impl))
         elif impl is not None:
             impl = _translating(ctx, name, original, impl)
             if name in placeholders:
@@ -169,31 +172,65 @@ def _warning(ctx, name: str, impl: Callable, message: str) -> Callable:
 
 
 def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bool) -> Callable:
-    """torch.cuda.get_device_capability: always a (major, minor) tuple.
+    """torch.cuda.get_device_capability: always a CUDA-style (major, minor) tuple.
 
-    torch calls it on itself for every tensor whose ``is_cuda`` is True (since
-    2.x ``dist.broadcast`` checks ``get_device_capability(t.device)[0] >= 9``
-    for its fp8 path), so on a target without it (torch_sdaa) or where it
-    answers None (torch_npu without TORCH_NPU_DEVICE_CAPABILITY) it returns
-    (0, 0): no CUDA compute capability. A user's call warns once; torch's is silent.
+    The policy (`support.capability_policy`, README "Capability checks"): the
+    target's own answer where it is a CUDA-style value chosen for this purpose
+    (torch_npu with TORCH_NPU_DEVICE_CAPABILITY set), else the CUDA-equivalent
+    of what the hardware computes: (8, 0) where bf16 is supported (Ascend 910B,
+    the cpu target), (7, 0) where it is not (Ascend 910A: fp16 only). So
+    ``get_device_capability() >= (8, 0)`` picks bf16 exactly where the device
+    has it and never raises; ``>= (9, 0)`` gates (fp8, FA3) stay closed.
+    torch calls it on itself for every tensor whose ``is_cuda`` is True
+    (``dist.broadcast`` checks ``[0] >= 9`` for its fp8 path): silent for torch,
+    one notice for the user's first call when the answer is derived.
     """
     native = None if impl is None else _translating(ctx, "get_device_capability", original, impl)
-    message = f"torch.cuda.get_device_capability has no real value on {target_name}; it returns (0, 0)"
-
+    native_is_cuda_style = support.NATIVE_CAPABILITY_ENV.get(ctx.profile.name) is not None
     check = ctx.target.translator("torch.cuda.get_device_capability")
 
-    def get_device_capability(device=None):
-        if native is None and device is not None:
-            check(device)  # a bad ordinal raises as on CUDA
-        value = None if native is None else native(device)
-        if value is None or placeholder:
-            if not _called_by_torch():
-                ctx.warn_once("get_device_capability", message)
-            return (0, 0) if value is None else tuple(value)
-        return tuple(value)
+    def value_of(device=None):
+        """(capability, derived?) without any notice."""
+        if native is None or placeholder or not native_is_cuda_style:
+            if device is not None:
+                check(device)  # a bad ordinal raises as on CUDA
+            value = None
+        else:
+            with warnings.catch_warnings():  # torch_npu warns on every call that its value is not real
+                warnings.simplefilter("ignore")
+                value = native(device)  # None unless its variable is set
+        if value is None:
+            return cuda_equivalent_capability(ctx), True
+        return tuple(value), False
 
+    def get_device_capability(device=None):
+        value, derived = value_of(device)
+        if derived and not _called_by_torch():
+            ctx.warn_once("get_device_capability", support.capability_notice(ctx.profile.name, value))
+        return value
+
+    ctx.capability_of = lambda: value_of()[0]
     get_device_capability.__wrapped__ = impl
     return get_device_capability
+
+
+def cuda_equivalent_capability(ctx) -> tuple:
+    """(8, 0) where the target computes in bf16, else (7, 0); asked once per process."""
+    cached = getattr(ctx, "_capability", None)
+    if cached is None:
+        cached = ctx._capability = (8, 0) if target_has_bf16(ctx) else (7, 0)
+    return cached
+
+
+def target_has_bf16(ctx) -> bool:
+    """The target's own ``is_bf16_supported()`` (torch_npu asks the SoC); False where it has none."""
+    ask = getattr(ctx.runtime, "is_bf16_supported", None)
+    if ask is None:
+        return False
+    try:
+        return bool(ask())
+    except Exception:  # a vendor that cannot answer yet: no bf16 claim
+        return False
 
 
 class CudaStyleProperties:
@@ -206,12 +243,15 @@ class CudaStyleProperties:
     runtime's neutral defaults; ``gcnArchName`` gets the device name.
     """
 
-    __slots__ = ("_vendor",)
+    __slots__ = ("_vendor", "_capability")
 
-    def __init__(self, vendor: Any):
+    def __init__(self, vendor: Any, capability: tuple):
         object.__setattr__(self, "_vendor", vendor)
+        object.__setattr__(self, "_capability", capability)
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("major", "minor"):  # CUDA's invariant: (props.major, props.minor) == get_device_capability()
+            return self._capability[name == "minor"]
         try:
             return getattr(self._vendor, name)
         except AttributeError:
@@ -227,9 +267,10 @@ class CudaStyleProperties:
         return repr(self._vendor)
 
 
-def _cuda_style_properties(get_device_properties: Callable) -> Callable:
+def _cuda_style_properties(ctx, get_device_properties: Callable) -> Callable:
     def cuda_style(*args, **kwargs):
-        return CudaStyleProperties(get_device_properties(*args, **kwargs))
+        capability = getattr(ctx, "capability_of", lambda: cuda_equivalent_capability(ctx))()
+        return CudaStyleProperties(get_device_properties(*args, **kwargs), capability)
 
     cuda_style.__name__ = "get_device_properties"
     cuda_style.__wrapped__ = get_device_properties
@@ -265,9 +306,9 @@ def _unsupported(ctx, name: str, target_name: str) -> Callable:
 
 
 def _unsupported_class(ctx, name: str, target_name: str) -> type:
-    """A class standing for a CUDA class the target lacks (CUDAGraph, MemPool, graph, ...).
+    """A class standing for a CUDA class the target lacks (MemPool, ExternalStream, ...).
 
-    It stays a class, so code that only names it works: ``torch.cuda.CUDAGraph | None``
+    It stays a class, so code that only names it works: ``torch.cuda.MemPool | None``
     annotations evaluated at import (transformers), subclasses, ``isinstance`` checks
     (always False: no instance exists). Constructing it, or a subclass, raises
     `UnsupportedCudaAPI`.

@@ -7,7 +7,8 @@ on the active target. While transfer is active, `apply` installs one
 ``transfer.uninstall()``) that serves each package of `PACKAGES`:
 
 * a *provided* package (``home`` set) is loaded from
-  ``transfer/thirdparty/<name>/`` UNDER ITS PUBLIC NAME: ``import flash_attn``
+  ``transfer/thirdparty/<name>/`` (or the module ``transfer/thirdparty/<name>.py``
+  where the real one is a plain module: amp_C) UNDER ITS PUBLIC NAME: ``import flash_attn``
   gives a real package (``__name__``/``__spec__.name`` ``flash_attn``,
   ``__path__``, ``__file__``, ``__version__``), submodules resolve in that
   folder (``from flash_attn.ops.rms_norm import RMSNorm``), and
@@ -83,7 +84,8 @@ def cuda_kernels_only(ctx) -> bool:
     return ctx.profile.device_type == "cuda"
 
 
-_FLASH_ATTN_VERSION = "2.7.4.post1"  # bert_padding.unpad_input returns 5 values since 2.7.0
+_FLASH_ATTN_VERSION = "2.7.4.post1"
+APEX_VERSION = "0.1"  # apex's setup.py version (the package itself has no __version__)  # bert_padding.unpad_input returns 5 values since 2.7.0
 
 PACKAGES: Mapping[str, Package] = MappingProxyType({
     p.name: p for p in (
@@ -93,6 +95,12 @@ PACKAGES: Mapping[str, Package] = MappingProxyType({
         Package("xformers", "xformers", "0.0.29.post3", cuda_kernels_only, home="xformers",
                 summary="xformers.ops.memory_efficient_attention on torch's scaled_dot_product_attention, "
                         "provided by transfer"),
+        Package("apex", "apex", APEX_VERSION, cuda_kernels_only, home="apex",
+                summary="NVIDIA apex's amp, optimizers (FusedAdam, FusedLAMB, FusedSGD), normalization, parallel "
+                        "and multi_tensor_apply on torch (the target's fused optimizers), provided by transfer"),
+        # apex's wheel also installs the extension module amp_C (a module, not a package: transfer/thirdparty/amp_C.py)
+        Package("amp_C", "apex", APEX_VERSION, cuda_kernels_only, home="amp_C",
+                summary="apex's multi-tensor kernels (amp_C) on torch foreach ops, provided by transfer"),
         Package("transformer_engine", "transformer-engine", "", cuda_kernels_only,
                 refusal="transformer_engine is not provided by transfer: its FP8 kernels and fused modules "
                         "(te.Linear, te.LayerNorm, te.fp8_autocast, ...) exist only for NVIDIA GPUs, and a "
@@ -148,7 +156,8 @@ class _Finder:
         home = os.path.join(HERE, name)
         return [key for key, module in list(sys.modules.items())
                 if key.partition(".")[0] == name
-                and (getattr(module, "__file__", None) or "").startswith(home + os.sep)]
+                and ((getattr(module, "__file__", None) or "").startswith(home + os.sep)
+                     or getattr(module, "__file__", None) == home + ".py")]  # a module, not a package (amp_C)
 
 
 def _spec(package: Package, fullname: str):

@@ -20,9 +20,12 @@ def _normal(name: str) -> str:
 
 
 class ProvidedDistribution(Distribution):
-    def __init__(self, package, folder: str):
+    """One distribution; several packages may share it (apex's wheel installs apex and amp_C)."""
+
+    def __init__(self, package, folder: str, top_level=()):
         self._package = package
         self._folder = folder
+        self._top_level = list(top_level) or [package.name]
 
     def read_text(self, filename):
         package = self._package
@@ -30,7 +33,7 @@ class ProvidedDistribution(Distribution):
             return (f"Metadata-Version: 2.1\nName: {package.distribution}\nVersion: {package.version}\n"
                     f"Summary: {package.summary}\n")
         if filename == "top_level.txt":
-            return package.name + "\n"
+            return "".join(name + "\n" for name in self._top_level)
         if filename == "INSTALLER":
             return "transfer\n"
         return None
@@ -42,14 +45,16 @@ class ProvidedDistribution(Distribution):
 def distributions(finder, context=None):
     name = getattr(context, "name", None) if context is not None else None
     wanted = _normal(name) if name else None
-    found = []
+    by_distribution = {}  # normalized distribution name -> its served packages, first one's metadata
     for package in list(finder.packages.values()):
         if package.home is None or (wanted is not None and _normal(package.distribution) != wanted):
             continue
         if finder.serves(package.name) is None:
             continue
-        found.append(ProvidedDistribution(package, os.path.dirname(os.path.abspath(__file__))))
-    return iter(found)
+        by_distribution.setdefault(_normal(package.distribution), []).append(package)
+    folder = os.path.dirname(os.path.abspath(__file__))
+    return iter([ProvidedDistribution(packages[0], folder, [p.name for p in packages])
+                 for packages in by_distribution.values()])
 
 
 __all__ = ["DistributionFinder", "ProvidedDistribution", "distributions"]

@@ -363,8 +363,11 @@ def device_module_api():
     assert mod.is_bf16_supported() is True
     assert isinstance(mod.is_initialized(), bool)
     assert torch.bfloat16 in mod.get_amp_supported_dtype()
-    for absent in ("nvtx", "graph", "CUDAGraph", "make_graphed_callables", "jiterator"):
+    graphs = ("NPUGraph", "graph", "graph_pool_handle", "make_graphed_callables")  # torch_npu's graph API
+    for absent in ("nvtx", "CUDAGraph", "jiterator") + (() if VENDOR == "npu" else graphs):
         assert not hasattr(mod, absent), absent
+    if VENDOR == "npu":
+        assert all(hasattr(mod, name) for name in graphs)
     if VENDOR == "gcu":
         assert mod.get_device_capability(1) == (props.major, props.minor)
         assert mod.is_current_stream_capturing() is False

@@ -38,6 +38,7 @@ class VendorSpec:
     vendor: str  # "Huawei Ascend"
     api: tuple  # public names of torch.<name> (mirrors the real module)
     device_name: str = "simulated accelerator"
+    bf16: bool = True  # is_bf16_supported(): what the chip computes in bf16 (Ascend 910A: False)
     total_memory: int = 64 * 1024**3
     properties_class: str = "_DeviceProperties"
     properties: tuple = ()  # extra (field, value) pairs of get_device_properties()

@@ -553,7 +553,7 @@ def build_device_module(spec, C) -> types.ModuleType:
 
     @export
     def is_bf16_supported(including_emulation: bool = False) -> bool:
-        return True
+        return spec.bf16
 
     @export
     def is_fp16_supported() -> bool:

@@ -6,7 +6,7 @@ CPU-backed simulation for tests; never shipped. See ``tests/vendors/README.md``.
 (torch_npu 2.13.0 wheel from PyPI, read without importing it) that concern
 devices, streams/events, RNG, memory statistics, properties and AMP. Real
 names deliberately left out (absent here too, so fallbacks get exercised):
-NPUGraph/graph/graph_pool_handle/make_graphed_callables, mstx, the typed
+mstx, the typed
 *Storage classes (the *Tensor classes are here), set_option/set_dump/set_aoe and the other
 Ascend tuning switches, MemPool/use_mem_pool, NPUPluggableAllocator,
 caching_allocator_alloc/delete, ipc_collect, utilization, stress_detect,
@@ -15,8 +15,12 @@ ExternalEvent/ExternalStream, SyncLaunchStream, set_sync_debug_mode.
 warning) unless TORCH_NPU_DEVICE_CAPABILITY="major.minor" is set.
 
 The names frameworks import beyond that (set_compile_mode, npu.utils,
-npu_fusion_attention, optim) come from ``_ascend.py``.
+npu_fusion_attention, optim) come from ``_ascend.py``; the graph API
+(NPUGraph, graph, graph_pool_handle, make_graphed_callables,
+is_current_stream_capturing) from ``_graphs.py``.
 """
+
+import os as _os
 
 import torch
 import torch.distributed
@@ -26,6 +30,15 @@ from _sim_accel import api as _api
 
 __version__ = "2.13.0+sim"
 
+# The simulated chip: SIM_NPU_SOC picks one of these (default Ascend910B2). torch_npu answers
+# get_device_name() with the SoC name and is_bf16_supported() from the SoC (_npu_is_bf16_supported):
+# the 910B family computes in bf16, the 910A in fp16 only. The SocVersion numbers are assumed
+# (torch_npu's enum is C++; 910A in its 100 group, 910B1.. from 220).
+SOCS = {"Ascend910B2": (221, True), "Ascend910A": (102, False)}
+SOC = _os.environ.get("SIM_NPU_SOC", "Ascend910B2")
+if SOC not in SOCS:
+    raise ImportError(f"SIM_NPU_SOC={SOC!r}: choose one of {', '.join(SOCS)}")
+
 SPEC = VendorSpec(
     package="torch_npu",
     name="npu",
@@ -34,7 +47,8 @@ SPEC = VendorSpec(
     vendor="Huawei Ascend",
     api=_api.COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
                        "memory_snapshot", "get_allocator_backend") + _api.TYPED_TENSORS,
-    device_name="Ascend910B2 (simulated)",
+    device_name=f"{SOC} (simulated)",
+    bf16=SOCS[SOC][1],
     properties_class="_NPUDeviceProperties",
     properties=(("cube_core_num", 24), ("vector_core_num", 48), ("L2_cache_size", 192 * 1024 * 1024),
                 ("multi_processor_count", 24)),
@@ -48,9 +62,10 @@ npu = install(SPEC)
 
 import sys as _sys  # noqa: E402
 
-from . import _ascend  # noqa: E402
+from . import _ascend, _graphs  # noqa: E402
 
 _ascend.extend(npu, _sys.modules[__name__])
+_graphs.extend(npu, _sys.modules[__name__])
 
 
 

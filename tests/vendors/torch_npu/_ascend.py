@@ -28,7 +28,6 @@ import types
 import torch
 
 CANN_VERSION = "8.3.RC1"  # what get_cann_version() reports (simulated)
-SOC_VERSION = 221  # get_soc_version(): torch_npu's SocVersion number of an Ascend910B2 (assumed)
 
 _FULL_WINDOW = 2147483647
 
@@ -70,7 +69,9 @@ def extend(npu: types.ModuleType, package: types.ModuleType) -> None:
 
 def get_soc_version() -> int:
     """The chip's SocVersion number (torch_npu/npu/_backends.py); MMEngine compares it with 220."""
-    return SOC_VERSION
+    from . import SOC, SOCS
+
+    return SOCS[SOC][0]
 
 
 def get_cann_version(module="CANN"):

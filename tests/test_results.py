@@ -1,0 +1,47 @@
+"""README's results tables are docs/results.py's output from the junit files of real runs (docs/results/)."""
+
+import os
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "docs"))
+import results  # noqa: E402
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="1" failures="1" skipped="2" tests="7" time="12.5"
+ timestamp="2026-11-20T10:00:00.000000" hostname="h">
+<properties><property name="torch" value="2.6.0+cu124"/><property name="python" value="3.10.13"/></properties>
+<testcase classname="tests.test_a" name="test_ok" time="1"/>
+<testcase classname="tests.test_a" name="test_ok2" time="1"/>
+<testcase classname="tests.test_a" name="test_ok3" time="1"/>
+<testcase classname="tests.test_a" name="test_bad" time="1"><failure message="boom">x</failure></testcase>
+<testcase classname="tests.test_a" name="test_err" time="1"><error message="setup">x</error></testcase>
+<testcase classname="tests.test_a" name="test_s1" time="0"><skipped message="no PrivateUse1 here"/></testcase>
+<testcase classname="tests.test_a" name="test_s2" time="0"><skipped message="no PrivateUse1 here"/></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_a_row_is_the_counts_and_date_of_its_run(tmp_path):
+    (tmp_path / "compat-torch-2.6.0.xml").write_text(JUNIT)
+    (tmp_path / "notes.xml").write_text("<x/>")  # not a run's file: ignored
+    (run,) = results.runs(str(tmp_path))
+    assert (run.session, run.torch, run.python, run.date) == ("compat", "2.6.0", "3.10.13", "2026-11-20")
+    assert run.counts == (3, 2, 2)  # passed = tests - failures - errors - skipped
+    row = results.table([run]).splitlines()[2]
+    assert row == ("| 2.6.0 | 3.10.13 | compat suite (`-m compat`) (`nox -s compat -- 2.6.0`) | 3 | 2 | "
+                   "2 (2 x no PrivateUse1 here) | 12 s | 2026-11-20 |")
+
+
+def test_the_readme_tables_are_what_the_recorded_runs_say():
+    assert results.check(None) == [], "run `nox -s results` (README.md's tables were edited or docs/results changed)"
+
+
+def test_a_run_that_counts_differently_from_its_row_is_named(tmp_path):
+    recorded = {(r.session, r.torch): r for r in results.runs(results.RECORDED)}
+    session, torch = sorted(recorded)[0]
+    fresh = JUNIT.replace('tests="7"', 'tests="8"')  # 4 passed, 2 failed, 2 skipped: no real run counts so
+    (tmp_path / f"{session}-torch-{torch}.xml").write_text(fresh.replace("2.6.0+cu124", torch))
+    problems = results.check(str(tmp_path))
+    assert len(problems) == 1 and f"{session} on torch {torch}: this run gave 4 passed, 2 failed" in problems[0]
