@@ -215,7 +215,8 @@ def is_current_stream_capturing() -> bool:
 # Draws that use them: random factories with a CUDA device and the dropout family
 # (transfer/cpu_target.py). A new generator starts from the seed torch gives every
 # generator, CPU or CUDA (67280421310721), as a CUDA device's does.
-_generators: list = []
+_generators: list = []  # appended to, never replaced: an entry is that device's generator for good
+_MISSING = object()
 _generators_lock = threading.Lock()
 
 
@@ -230,6 +231,38 @@ def generator(index: Optional[int] = None) -> torch.Generator:
             while len(_generators) <= index:
                 _generators.append(torch.Generator())
         return _generators[index]
+
+
+_CURRENT = object()  # generator_lookup's memo: the argument names no ordinal (the current device)
+
+
+def generator_lookup() -> Any:
+    """A new ``generator_of(device_argument)``: the generator of the virtual device a CUDA
+    device argument names, None for another device (``'cpu'``).
+
+    For the random factories' hot path: one Python frame, the argument's ordinal
+    parsed once (memo: at most 512 arguments), the current device's generator read inline.
+    """
+    memo: dict = {}
+    generators, current = _generators, _get_index
+
+    def generator_of(device: Any) -> Optional[torch.Generator]:
+        found = memo.get(device, _MISSING)
+        if found is _CURRENT:
+            try:
+                return generators[current()]
+            except IndexError:
+                return generator()
+        if found is _MISSING:
+            parsed = parse_cuda(device)
+            found = None if parsed is None else _CURRENT if parsed[0] is None else generator(parsed[0])
+            if len(memo) < 512:
+                memo[device] = found
+            if found is _CURRENT:
+                return generator()
+        return found
+
+    return generator_of
 
 
 def _generator_of(device: Any) -> torch.Generator:

@@ -96,19 +96,7 @@ def factory_draws(ctx, name: str, original):
     """
     if ctx.cpu is None or name not in RANDOM_FACTORIES:
         return None
-    from ..devices import parse_cuda
-
-    generator = cpu_runtime.generator
-    indices = {}  # device argument -> virtual device index (None: the current device)
-
-    def draws(device):
-        index = indices.get(device, _MISS)
-        if index is _MISS:
-            parsed = parse_cuda(device)
-            index = _MISS if parsed is None else parsed[0]
-            if len(indices) < 512:
-                indices[device] = index
-        return None if index is _MISS else generator(index)
+    draws = cpu_runtime.generator_lookup()
 
     if name in _LIKE and not _like_takes_generator(original):
         draws = None  # torch < 2.x: *_like take no generator; they stay on the CPU stream
