@@ -184,15 +184,18 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
     """Wrap a callable whose device is the keyword argument `device=`.
 
     `draws` (random factories on the cpu target, see patches/rng.py): a pair
-    ``(generator_of, undirected)``. A call naming a CUDA device and no generator
-    gets ``generator=generator_of(device)``, the device's own, as on CUDA;
+    ``(lookup, undirected)``, `lookup` being ``(memo_get, generator_of, current)``
+    (`cpu_runtime.generator_lookup`) or None. A call naming a CUDA device and no
+    generator gets ``generator=``, the device's own, as on CUDA: read from the
+    memo without a Python frame (`current()` for ``'cuda'``, the current device's);
     `undirected`, when not None, runs before any other call.
     """
     translator = ctx.target.translator(api)
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
 
     if draws is not None:
-        generator_of, undirected = draws
+        lookup_generator, undirected = draws
+        memo_get, generator_of, current = lookup_generator or (None, None, None)
 
         def drawing(*args, **kwargs):
             if kwargs:
@@ -205,7 +208,11 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                         kwargs["device"] = result
                         if generator_of is None or "generator" in kwargs and kwargs["generator"] is not None:
                             return original(*args, **kwargs)
-                        generator = generator_of(device)  # None: not a CUDA device after all
+                        generator = memo_get(device)
+                        if generator is None:
+                            generator = generator_of(device)  # first seen, or None: not a CUDA device after all
+                        elif generator is current:
+                            generator = current()
                         if generator is not None:
                             kwargs["generator"] = generator
                             return original(*args, **kwargs)
