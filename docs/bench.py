@@ -4,7 +4,8 @@
 and copies its results.json to docs/bench/calls-torch-<version>.json (committed: the record of what
 was run); this script writes one table into README.md between the BENCH markers: one row per call,
 one column per torch (and target), each cell the median ratio of that run with its [q1-q3] spread, so
-the table cannot claim what was not measured.
+the table cannot claim what was not measured. One table per target (the cpu target, then each vendor
+stand-in that could be built on that torch: none on torch 2.0).
 
     python docs/bench.py [DIR]            print the table of the results files in DIR (default docs/bench/)
     python docs/bench.py --write          README.md's table from docs/bench/
@@ -67,37 +68,38 @@ def _target(row: Dict[str, Any]) -> str:
 
 
 def table(found: List[Tuple[str, Dict[str, Any]]]) -> str:
+    """One table per target (the cpu target, then each vendor stand-in), one column per torch."""
     if not found:
         return "(no recorded runs: `nox -s bench`)"
-    columns: List[Tuple[str, str]] = []  # (torch, target)
-    rows: Dict[str, Dict[Tuple[str, str], Dict[str, Any]]] = {}
+    per_target: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}  # target -> call -> torch -> row
+    torches_of: Dict[str, List[str]] = {}
     targets_of: Dict[str, str] = {}
     notes = []
     for torch, result in found:
-        calls = result.get("calls", {}).get("targets", {})
-        for target in sorted(calls, key=lambda t: TARGET_ORDER.index(t) if t in TARGET_ORDER else 99):
-            res = calls[target]
+        for target, res in result.get("calls", {}).get("targets", {}).items():
             if res.get("status") != "ok":
-                if target != "cpu":
-                    continue  # a stand-in that cannot exist there (torch 2.0): said below
-                notes.append(f"torch {torch} {target}: {res.get('status')}")
+                if target == "cpu":  # a stand-in that cannot exist there (torch 2.0) is named below
+                    notes.append(f"torch {torch} {target}: {res.get('status')}")
                 continue
-            columns.append((torch, target))
+            torches_of.setdefault(target, []).append(torch)
             for row in res["rows"]:
-                rows.setdefault(row["call"], {})[(torch, target)] = row
-                targets_of.setdefault(row["call"], _target(row))
-    header = "| call | target | " + " | ".join(
-        f"torch {t}" + ("" if target == "cpu" else f" {target}") for t, target in columns) + " |"
-    lines = [header, "|---|---|" + "---|" * len(columns)]
-    for call, cells in rows.items():
-        lines.append(f"| `{call}` | {targets_of[call]} | "
-                     + " | ".join(_ratio(cells[c]) if c in cells else "" for c in columns) + " |")
-    lines.append("")
+                per_target.setdefault(target, {}).setdefault(row["call"], {})[torch] = row
+                targets_of[row["call"]] = _target(row)  # the newest torch's (torch 2.0 has info rows)
+    lines: List[str] = []
+    for target in sorted(per_target, key=lambda t: TARGET_ORDER.index(t) if t in TARGET_ORDER else 99):
+        torches = torches_of[target]
+        title = "cpu target" if target == "cpu" else f"{target} (test stand-in)"
+        lines += [f"**{title}**", "", "| call | target | " + " | ".join(f"torch {t}" for t in torches) + " |",
+                  "|---|---|" + "---|" * len(torches)]
+        for call, cells in per_target[target].items():
+            lines.append(f"| `{call}` | {targets_of[call]} | "
+                         + " | ".join(_ratio(cells[t]) if t in cells else "" for t in torches) + " |")
+        lines.append("")
     for torch, result in found:
         meta = result.get("meta", {})
         machine = meta.get("machine", {})
         load = machine.get("loadavg_at_start")
-        missing = [t for t, why in meta.get("unavailable", {}).items()]
+        missing = list(meta.get("unavailable", {}))
         lines.append(f"- torch {torch} ({meta.get('torch')}), Python {machine.get('python')}: "
                      f"{meta.get('date', '?')[:16].replace('T', ' ')}, commit {meta.get('commit', '?')}, "
                      f"{machine.get('cpus')} CPUs, load at start "

@@ -33,12 +33,14 @@ def test_each_torch_is_a_column_and_each_cell_its_run(tmp_path):
         _row("torch.cuda.is_available()", "info", 3000.0, 100.0, 9000.0, None, native=0.0)], unavailable=["npu"])))
     (tmp_path / "notes.json").write_text("{}")  # not a run's file: ignored
     lines = bench.table(bench.runs(str(tmp_path))).splitlines()
-    assert lines[0] == "| call | target | torch 2.0.1 | torch 2.13.0 |"  # oldest torch first
-    assert lines[2] == "| `x.to(torch.float16)` | 1.1x | 1.15 [1.12-1.20] **MISS** | 1.04 [1.01-1.07] |"
-    assert lines[3].startswith("| `torch.cuda.is_available()` | info | +")  # against a constant: ns, no ratio
-    assert lines[3].endswith(" ns |  |")
-    assert "- torch 2.0.1 (2.0.1+cpu), Python 3.8.18: 2026-11-23 10:00, commit abc1234" in lines[5]
-    assert lines[5].endswith("; no stand-in for npu")
+    assert lines[0] == "**cpu target**"
+    assert lines[2] == "| call | target | torch 2.0.1 | torch 2.13.0 |"  # oldest torch first
+    assert lines[4] == "| `x.to(torch.float16)` | 1.1x | 1.15 [1.12-1.20] **MISS** | 1.04 [1.01-1.07] |"
+    assert lines[5].startswith("| `torch.cuda.is_available()` | info | +")  # against a constant: ns, no ratio
+    assert lines[5].endswith(" ns |  |")
+    assert "- torch 2.0.1 (2.0.1+cpu), Python 3.8.18: 2026-11-23 10:00, commit abc1234" in lines[7]
+    assert lines[7].endswith("; no stand-in for npu")
+    assert "npu" not in "\n".join(lines[:7])  # no table for a stand-in no run has
 
 
 def test_the_readme_table_is_what_the_recorded_runs_say():
