@@ -106,6 +106,10 @@ NAMED = {
         "import torch\nfrom apex import amp\nfrom apex.optimizers import FusedAdam\nopt = FusedAdam(m.parameters())\n"
         "m, opt = amp.initialize(m, opt, opt_level='O2')\n",
         (4, "apex.optimizers.FusedAdam"), "apex.amp (line 5)"),
+    "apex DDP under apex.amp (half gradients: apex all-reduces then divides, torch divides first)": (
+        "import torch\nimport apex\nmodel, opt = apex.amp.initialize(model, opt, opt_level='O2')\n"
+        "model = apex.parallel.DistributedDataParallel(model)\n",
+        (4, "apex.parallel.DistributedDataParallel"), "apex.amp (line 3)"),
     "apex DDP's own methods": (
         "import torch\nfrom apex.parallel import DistributedDataParallel as DDP\nnet = DDP(net)\n"
         "net.disable_allreduce()\n",

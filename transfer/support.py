@@ -522,7 +522,8 @@ NATIVE_REWRITES: Mapping[str, Rewrite] = {
         dropped=("message_size", "delay_allreduce", "allreduce_trigger_params", "num_allreduce_streams",
                  "allreduce_communicators", "prof"),
         variants={None: ("nn.parallel.DistributedDataParallel", {"broadcast_buffers": "False"})},
-        conflicts=(".disable_allreduce", ".enable_allreduce")),
+        conflicts=("apex.amp", ".disable_allreduce", ".enable_allreduce")),  # amp O2/O3: half gradients, which
+    # apex all-reduces then divides, torch divides first
 }
 
 _FA_WHY = ("not rewritten: scaled_dot_product_attention takes [B, H, S, D] (flash_attn [B, S, H, D]) and aligns "

@@ -79,7 +79,8 @@ class _Context:
                 continue
             f = next((f for f in self.porter.findings if f.api == c or f.api.startswith(c + ".")), None)
             if f is not None:
-                return f"the file uses {c} (line {f.line}), which wraps what this builds: port both by hand"
+                return (f"the file uses {c} (line {f.line}), whose casts and master weights change what this "
+                        "computes: port both by hand")
         return ""
 
     def reported(self, use: ast.Name) -> Tuple[ast.AST, Optional[str]]:
