@@ -38,6 +38,11 @@ Consistency (checked here, `_settle`): a conditional expression's test and
   comparisons are rewritten together or not at all; a ``torch.cuda.is_available()``
   test is rewritten only when nothing it guards is left for a person (else the
   CUDA branch would start running natively, half-ported).
+Torch-native (`native`, rows of ``support.NATIVE_REWRITES``): apex's FusedAdam,
+  FusedSGD, SyncBatchNorm, convert_syncbn_model and DistributedDataParallel
+  calls -> their torch spellings where the arguments show they compute the
+  same, an apex import and its uses together; FusedLayerNorm / FusedRMSNorm
+  with ``--unsafe`` (autocast is not visible where they are built).
 Unsafe (``--unsafe``): device and backend strings anywhere, and ``== "cuda"``
   -> ``in ("cuda", "<dev>")`` (``"nccl"`` likewise).
 On tccl (sdaa) a ``set_device`` statement just after ``init_process_group`` in
