@@ -68,6 +68,14 @@ GOLDEN = {
         "import torch as th\nif use_apex:\n    import apex.optimizers as aopt\n"
         "opt = aopt.FusedAdam(params, lr=0.1, weight_decay=0.01)\n",
         "import torch as th\nif use_apex:\n    pass\nopt = th.optim.AdamW(params, lr=0.1, weight_decay=0.01)\n"),
+    "an import under try whose except raises: the try keeps a body": (
+        "import torch\ntry:\n    from apex.optimizers import FusedAdam\nexcept ImportError:\n"
+        "    raise ImportError('see README')\nopt = FusedAdam(p, weight_decay=0.1)\n",
+        "import torch\ntry:\n    pass\nexcept ImportError:\n    raise ImportError('see README')\n"
+        "opt = torch.optim.AdamW(p, weight_decay=0.1)\n"),
+    "an import statement that binds other modules keeps them": (
+        "import os, apex\nimport torch\nopt = apex.optimizers.FusedAdam(p)  # fused\n",
+        "import os\nimport torch\nopt = torch.optim.AdamW(p, weight_decay=0.0)  # fused\n"),
 }
 
 
