@@ -80,8 +80,11 @@ class Job:
     def env(self, transfer=True):
         env = clean_env(PYTHONUNBUFFERED=1, HF_HUB_OFFLINE=1, TOKENIZERS_PARALLELISM="false")
         env.pop("PYTHONPATH", None)
-        if self.target == "cpu":  # a machine without a GPU (with one, the frameworks would take it)
+        if self.target == "cpu" and not transfer:  # a machine without CUDA (with a GPU, the framework takes it)
             env.update(no_gpu())
+        # Under the cpu target no GPU is hidden: torch.cuda is transfer's virtual devices there, and a
+        # CUDA_VISIBLE_DEVICES='' would be read by the frameworks themselves (MMEngine's logger maps
+        # LOCAL_RANK through it and fails), which a laptop user never sets (README, Known limits).
         if self.target != "cpu":
             env["PYTHONPATH"] = vendor_site(self.target, self.workdir)
             env["SIM_ACCEL_STATS_DIR"] = self.stats_dir
