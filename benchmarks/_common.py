@@ -239,3 +239,22 @@ def machine() -> Dict[str, Any]:
     except OSError:
         pass
     return info
+
+
+QUICK_SKIPPED = {"status": "not measured with --quick: measured in full runs"}
+
+
+def per_target(family: str, targets: Sequence[str], quick: bool, log: Callable[[str], None],
+               line: Callable[[str, Dict[str, Any]], str], timeout: float = 1800) -> Dict[str, Any]:
+    """`python -m benchmarks.<family> --target T [--quick]` in a child per target, each result logged with
+    `line`; with --quick only the cpu target runs (the vendors' figures come from full runs)."""
+    results: Dict[str, Any] = {}
+    for target in targets:
+        if quick and target != "cpu":
+            results[target] = dict(QUICK_SKIPPED)
+            continue
+        log(f"  {family}: {target} ...")
+        results[target] = run_child(family, ["--target", target] + (["--quick"] if quick else []),
+                                    timeout=600 if quick else timeout)
+        log(line(target, results[target]))
+    return results

@@ -85,32 +85,8 @@ def child(target: str, quick: bool, repeats: int = 0) -> Dict[str, Any]:
             transfer.uninstall()
             os.environ.pop("TRANSFER_LOG", None)
 
-    per_step = arm("off", 5)
-    steps = int(min(cfg["max_steps"], max(cfg["min_steps"], cfg["block_s"] / per_step)))
-    times: Dict[str, list] = {a: [] for a in ARMS}
-    ratios, control = [], []
-    for repeat in range(cfg["repeats"]):
-        shift = repeat % len(ARMS)
-        got = {name: arm(name, steps) for name in ARMS[shift:] + ARMS[:shift]}
-        for name in ARMS:
-            times[name].append(got[name])
-        ratios.append(got["on"] / got["off"])
-        control.append(got["control"] / got["off"])
-    logged = sorted(os.listdir(logdir))
-    shutil.rmtree(logdir, ignore_errors=True)
-    from transfer import calllog
-
-    calllog.forget_process_log()  # its directory is gone: no exit summary naming it
-    if logged != [f"transfer-log-pid{os.getpid()}.jsonl"]:  # a process without a rank (yet): named by its pid
-        raise RuntimeError(f"the 'on' arm wrote {logged} instead of one log file")
-    record = C.ratio_record(times["on"], times["off"], ratios, TARGET, unit_scale=1e3)
-    ctl = C.summary(control)
-    if quick:
-        record["meets_target"] = None  # a few short blocks show the family works, not the figure
-    record.update(status="ok", unit="ms per step", steps_per_block=steps, control_ratio=ctl["median"],
-                  control_q1=ctl["q1"], control_q3=ctl["q3"],
-                  workload="MLP 256-512-10, batch 64, SGD, CUDA spellings incl. one is_cuda read per step")
-    return record
+    return _rotate(arm, ARMS, "on", "off", cfg, quick, logdir,
+                   workload="MLP 256-512-10, batch 64, SGD, CUDA spellings incl. one is_cuda read per step")
 
 
 PLAN_ARMS = ("plan", "native", "control")
@@ -141,7 +117,7 @@ def child_plan(quick: bool, repeats: int = 0) -> Dict[str, Any]:
         return bad
     import torch
 
-    from transfer import calllog, plan
+    from transfer import plan
 
     cfg = dict(QUICK if quick else FULL)
     if repeats:
@@ -161,30 +137,39 @@ def child_plan(quick: bool, repeats: int = 0) -> Dict[str, Any]:
             if ctx is not None:
                 ctx.registry.revert_all()
 
-    per_step = arm("native", 5)
+    return _rotate(arm, PLAN_ARMS, "plan", "native", cfg, quick, logdir,
+                   workload="native MLP 256-512-10 step, batch 64, SGD, one torch.cuda call per step; "
+                            "transfer.plan.observe on vs off, no shim")
+
+
+def _rotate(arm, arms, on: str, off: str, cfg: Dict[str, Any], quick: bool, logdir: str, workload: str):
+    """Blocks of steps of each arm in `arms`, the order rotating every repeat; the record of `on` / `off`
+    per repeat, with the A/A control ("control" / `off`). The `on` arm must have written exactly one log
+    file in `logdir` (removed after)."""
+    from transfer import calllog
+
+    per_step = arm(off, 5)
     steps = int(min(cfg["max_steps"], max(cfg["min_steps"], cfg["block_s"] / per_step)))
-    times: Dict[str, list] = {a: [] for a in PLAN_ARMS}
+    times: Dict[str, list] = {a: [] for a in arms}
     ratios, control = [], []
     for repeat in range(cfg["repeats"]):
-        shift = repeat % len(PLAN_ARMS)
-        got = {name: arm(name, steps) for name in PLAN_ARMS[shift:] + PLAN_ARMS[:shift]}
-        for name in PLAN_ARMS:
+        shift = repeat % len(arms)
+        got = {name: arm(name, steps) for name in arms[shift:] + arms[:shift]}
+        for name in arms:
             times[name].append(got[name])
-        ratios.append(got["plan"] / got["native"])
-        control.append(got["control"] / got["native"])
+        ratios.append(got[on] / got[off])
+        control.append(got["control"] / got[off])
     logged = sorted(os.listdir(logdir))
     shutil.rmtree(logdir, ignore_errors=True)
     calllog.forget_process_log()  # its directory is gone: no exit summary naming it
     if logged != [f"transfer-log-pid{os.getpid()}.jsonl"]:  # a process without a rank (yet): named by its pid
-        raise RuntimeError(f"the 'plan' arm wrote {logged} instead of one log file")
-    record = C.ratio_record(times["plan"], times["native"], ratios, TARGET, unit_scale=1e3)
+        raise RuntimeError(f"the {on!r} arm wrote {logged} instead of one log file")
+    record = C.ratio_record(times[on], times[off], ratios, TARGET, unit_scale=1e3)
     ctl = C.summary(control)
     if quick:
-        record["meets_target"] = None
+        record["meets_target"] = None  # a few short blocks show the family works, not the figure
     record.update(status="ok", unit="ms per step", steps_per_block=steps, control_ratio=ctl["median"],
-                  control_q1=ctl["q1"], control_q3=ctl["q3"],
-                  workload="native MLP 256-512-10 step, batch 64, SGD, one torch.cuda call per step; "
-                           "transfer.plan.observe on vs off, no shim")
+                  control_q1=ctl["q1"], control_q3=ctl["q3"], workload=workload)
     return record
 
 
@@ -201,19 +186,11 @@ def line(target: str, rec: Dict[str, Any]) -> str:
 
 
 def measure(targets, quick: bool, log=print) -> Dict[str, Any]:
-    results: Dict[str, Any] = {}
-    for target in targets:
-        if quick and target != "cpu":
-            results[target] = {"status": "not measured with --quick: measured in full runs"}
-            continue
-        log(f"  calllog: {target} ...")
-        results[target] = C.run_child("calllog", ["--target", target] + (["--quick"] if quick else []),
-                                      timeout=600 if quick else 1800)
-        log(line(target, results[target]))
-        if target == "cpu":  # the rehearsal on a native job: what `transfer-run --plan` costs on real CUDA
-            results["native+plan"] = C.run_child("calllog", ["--plan"] + (["--quick"] if quick else []),
-                                                 timeout=600 if quick else 1800)
-            log(line("native+plan", results["native+plan"]))
+    results = C.per_target("calllog", targets, quick, log, line)
+    if "cpu" in targets:  # the rehearsal on a native job: what `transfer-run --plan` costs on real CUDA
+        results["native+plan"] = C.run_child("calllog", ["--plan"] + (["--quick"] if quick else []),
+                                             timeout=600 if quick else 1800)
+        log(line("native+plan", results["native+plan"]))
     return {"targets": results, "method": "one process per target; blocks of steps rotate log on / off / off "
             "(A/A control); ratio = on ms/step / off ms/step per repeat"}
 

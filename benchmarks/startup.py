@@ -90,7 +90,8 @@ print(json.dumps({"ms": (t1 - t0) * 1e3, "loaded_before": before, "transfer_load
 # --------------------------------------------------------------- environments
 def _transfer_entries(site_dir: str) -> List[str]:
     return [name for name in os.listdir(site_dir)
-            if name.startswith(("transfer-", "__editable__.transfer-", "__editable___transfer_"))
+            if name.startswith(("cuda_transfer-", "__editable__.cuda_transfer-", "__editable___cuda_transfer_",
+                                "transfer-", "__editable__.transfer-", "__editable___transfer_"))  # the old name
             or name in ("transfer", "transfer.pth")]
 
 
@@ -105,12 +106,12 @@ def _install_wheel(target_site: str, root: str) -> None:
         dist = os.path.join(root, "dist")
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist,
                         C.ROOT], check=True, capture_output=True)
-        (wheel,) = glob.glob(os.path.join(dist, "transfer-*.whl"))
+        (wheel,) = glob.glob(os.path.join(dist, "cuda_transfer-*.whl"))  # the distribution is cuda-transfer
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(target_site)
     assert os.path.exists(os.path.join(target_site, "transfer.pth")), "the wheel lacks its .pth gate"
     compileall.compile_dir(os.path.join(target_site, "transfer"), quiet=1)
-    with open(os.path.join(glob.glob(os.path.join(target_site, "transfer-*.dist-info"))[0], "INSTALLER"), "w") as fh:
+    with open(os.path.join(glob.glob(os.path.join(target_site, "cuda_transfer-*.dist-info"))[0], "INSTALLER"), "w") as fh:
         fh.write("pip\n")
 
 

@@ -255,16 +255,8 @@ def line(target: str, rec: Dict[str, Any]) -> str:
 
 
 def measure(targets, quick: bool, log=print) -> Dict[str, Any]:
-    results: Dict[str, Any] = {}
-    for target in targets:
-        if quick and target != "cpu":
-            results[target] = {"status": "not measured with --quick: measured in full runs"}
-            continue
-        log(f"  thirdparty: {target} ...")
-        results[target] = C.run_child("thirdparty", ["--target", target] + (["--quick"] if quick else []),
-                                      timeout=600 if quick else 1800)
-        log(line(target, results[target]))
-    return {"targets": results, "method": "one process per target; blocks of calls alternate replacement / backend; "
+    return {"targets": C.per_target("thirdparty", targets, quick, log, line),
+            "method": "one process per target; blocks of calls alternate replacement / backend; "
             "ratio = replacement / backend per repeat (process CPU time)"}
 
 

@@ -39,6 +39,7 @@ def cpu_target(monkeypatch):
     for name in ("TRANSFER_DISABLE", "TRANSFER_STRICT", "TRANSFER_CPU_DEVICES", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRANSFER_QUIET", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # see CPU_TARGET_ENV
     transfer.install("cpu")
     yield transfer
     transfer.uninstall()
@@ -53,6 +54,7 @@ def install_cpu(monkeypatch):
     def install(**env):
         transfer.uninstall()
         monkeypatch.setenv("TRANSFER_QUIET", "1")
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # see CPU_TARGET_ENV
         for name, value in env.items():
             if value is None:
                 monkeypatch.delenv(name, raising=False)
@@ -163,6 +165,20 @@ def clean_env(**extra):
 # This process is a machine without a GPU: in-process tests compare with torch's native answers there
 # (torch.cuda.is_available() False). Set before anything initialises CUDA; children get clean_env().
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# hypothesis: the same examples on every run ("ci", the default), so a CI result is the code's, not the
+# draw's; `pytest --hypothesis-profile=explore` draws new examples (and keeps failures in .hypothesis/).
+try:
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("ci", derandomize=True)
+    _hypothesis_settings.register_profile("explore", derandomize=False)
+    _hypothesis_settings.load_profile("ci")
+except ImportError:  # the compat suite's tests need no hypothesis
+    pass
+
+#: CPU_TARGET_ENV: the cpu target names a CUDA_VISIBLE_DEVICES it finds as ignored (a warning; an error under
+#: TRANSFER_STRICT), as it has no GPUs to select. A user's cpu-target job on a laptop has none set, so the
+#: cpu_target / install_cpu fixtures remove it for their test (restored after it; CUDA is not initialised then).
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -171,7 +171,10 @@ def test_fused_lamb_follows_apex_update_rule(shape_list, lr, wd, adam_w_mode, gr
                                        weight_decay=wd, adam_w_mode=adam_w_mode, grad_averaging=grad_averaging,
                                        bias_correction=True, max_grad_norm=max_grad_norm, use_nvlamb=use_nvlamb)
         for p, u in zip(params, updates):  # the kernel leaves each update in the gradient's memory
-            _close(p.grad, u, rtol=1e-4, atol=1e-5)
+            # float32 against a float64 reference: where L2 decay (adam_w_mode=False) nearly cancels a
+            # gradient, an element keeps fewer digits (apex's CUDA kernel computes in float32 too), so the
+            # update is compared at its own scale (what LAMB's trust ratio uses), not element by element.
+            _close(p.grad, u, rtol=1e-4, atol=max(1e-5, 1e-4 * float(u.abs().max())))
     for p, w in zip(params, wp):
         _close(p.detach(), w, rtol=1e-4, atol=1e-5)
 

@@ -35,13 +35,18 @@ def test_a_row_is_the_counts_and_date_of_its_run(tmp_path):
 
 
 def test_the_readme_tables_are_what_the_recorded_runs_say():
-    assert results.check(None) == [], "run `nox -s results` (README.md's tables were edited or docs/results changed)"
+    assert results.check() == [], "run `nox -s results` (README.md's tables were edited or docs/results changed)"
 
 
-def test_a_run_that_counts_differently_from_its_row_is_named(tmp_path):
-    recorded = {(r.session, r.torch): r for r in results.runs(results.RECORDED)}
-    session, torch = sorted(recorded)[0]
-    fresh = JUNIT.replace('tests="7"', 'tests="8"')  # 4 passed, 2 failed, 2 skipped: no real run counts so
-    (tmp_path / f"{session}-torch-{torch}.xml").write_text(fresh.replace("2.6.0+cu124", torch))
-    problems = results.check(str(tmp_path))
-    assert len(problems) == 1 and f"{session} on torch {torch}: this run gave 4 passed, 2 failed" in problems[0]
+def test_a_run_that_counts_differently_from_its_row_is_named(tmp_path, monkeypatch):
+    recorded, fresh = tmp_path / "recorded", tmp_path / "fresh"
+    recorded.mkdir(), fresh.mkdir()
+    (recorded / "compat-torch-2.6.0.xml").write_text(JUNIT)
+    monkeypatch.setattr(results, "RECORDED", str(recorded))
+    (fresh / "compat-torch-2.6.0.xml").write_text(JUNIT)
+    assert results.drift(str(fresh)) == []  # counted the same
+    (fresh / "compat-torch-2.6.0.xml").write_text(JUNIT.replace('tests="7"', 'tests="8"'))  # 4 passed, 2 failed
+    (fresh / "compat-torch-2.9.1.xml").write_text(JUNIT.replace("2.6.0+cu124", "2.9.1"))  # no row: nothing to say
+    notices = results.drift(str(fresh))
+    assert len(notices) == 1 and "compat on torch 2.6.0: this run gave 4 passed, 2 failed, 2 skipped" in notices[0]
+    assert "says 3 / 2 / 2" in notices[0]

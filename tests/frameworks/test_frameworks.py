@@ -80,8 +80,11 @@ class Job:
     def env(self, transfer=True):
         env = clean_env(PYTHONUNBUFFERED=1, HF_HUB_OFFLINE=1, TOKENIZERS_PARALLELISM="false")
         env.pop("PYTHONPATH", None)
-        if self.target == "cpu":  # a machine without a GPU (with one, the frameworks would take it)
+        if self.target == "cpu" and not transfer:  # a machine without CUDA (with a GPU, the framework takes it)
             env.update(no_gpu())
+        # Under the cpu target no GPU is hidden: torch.cuda is transfer's virtual devices there, and a
+        # CUDA_VISIBLE_DEVICES='' would be read by the frameworks themselves (MMEngine's logger maps
+        # LOCAL_RANK through it and fails), which a laptop user never sets (README, Known limits).
         if self.target != "cpu":
             env["PYTHONPATH"] = vendor_site(self.target, self.workdir)
             env["SIM_ACCEL_STATS_DIR"] = self.stats_dir
@@ -224,3 +227,22 @@ def test_control_accelerate_without_transfer_runs_undistributed(tmp_path):
 
 def job_out(tmp_path):
     return os.path.join(str(tmp_path), "out")
+
+
+def test_transformers_takes_flash_attention_2_and_computes_what_sdpa_computes(tmp_path):
+    """transformers' own check finds flash-attention 2 (`is_flash_attn_2_available()`: the package, its
+    distribution name and version, CUDA available), a LLaMA built with attn_implementation=
+    "flash_attention_2" runs through transfer's flash_attn (the varlen path for a padded batch) and its
+    logits equal the same weights under "sdpa" to bfloat16's precision, as both are exact attention on CUDA."""
+    _require("transformers")
+    import transfer
+
+    job = Job("cpu", tmp_path)
+    proc = subprocess.run([sys.executable, script("transformers_flash_attention.py")], env=job.env(), cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["available"] is True and result["implementation"] == "flash_attention_2", result
+    served = os.path.join(os.path.dirname(os.path.abspath(transfer.__file__)), "thirdparty")
+    assert os.path.abspath(result["flash_attn"]).startswith(served + os.sep), result  # transfer's, not a wheel
+    assert result["max_diff"] <= 0.02 * max(1.0, result["scale"]), result  # bfloat16: 8 bits of mantissa

@@ -48,7 +48,29 @@ def render() -> str:
             why = distinct[0][1] if len(distinct) == 1 else "; ".join(f"{p}: {r}" for p, r in distinct)
             reasons.append(f"- `{api}`: {why}")
     lines += ["", "## Why", ""] + [r.replace("|", "\\|") for r in reasons]
-    return "\n".join(lines + _environment(profiles)) + "\n"
+    return "\n".join(lines + _native_rewrites() + _environment(profiles)) + "\n"
+
+
+def _native_rewrites() -> List[str]:
+    """What `transfer port` writes instead of a third-party call (support.NATIVE_REWRITES), and why not elsewhere."""
+    lines = [
+        "",
+        "## Torch-native rewrites (`transfer port`)",
+        "",
+        "Where the package is absent, transfer serves these calls at run time (above). `transfer port` also "
+        "rewrites them to plain torch where the arguments in the source show that the result is the same: **safe** "
+        "(written by default) or **unsafe** (written only with `--unsafe`, for the reason given). Any other argument "
+        "value, or a file that also uses `apex.amp`, leaves the call named in `unsupported_api.csv` with why.",
+        "",
+        "| call | becomes | computes the same when | kind |",
+        "|---|---|---|---|",
+    ]
+    for api, rewrite in support.NATIVE_REWRITES.items():
+        kind = f"unsafe: {rewrite.unsafe}" if rewrite.unsafe else "safe"
+        lines.append(f"| `{api}` | {rewrite.to} | {rewrite.when} | {kind} |".replace("\n", " "))
+    lines += ["", "Not rewritten:", ""]
+    lines += [f"- `{api}`: {why}" for api, why in support.NO_NATIVE_REWRITE.items()]
+    return lines
 
 
 def _environment(profiles) -> List[str]:

@@ -38,6 +38,11 @@ Consistency (checked here, `_settle`): a conditional expression's test and
   comparisons are rewritten together or not at all; a ``torch.cuda.is_available()``
   test is rewritten only when nothing it guards is left for a person (else the
   CUDA branch would start running natively, half-ported).
+Torch-native (`native`, rows of ``support.NATIVE_REWRITES``): apex's FusedAdam,
+  FusedSGD, SyncBatchNorm, convert_syncbn_model and DistributedDataParallel
+  calls -> their torch spellings where the arguments show they compute the
+  same, an apex import and its uses together; FusedLayerNorm / FusedRMSNorm
+  with ``--unsafe`` (autocast is not visible where they are built).
 Unsafe (``--unsafe``): device and backend strings anywhere, and ``== "cuda"``
   -> ``in ("cuda", "<dev>")`` (``"nccl"`` likewise).
 On tccl (sdaa) a ``set_device`` statement just after ``init_process_group`` in
@@ -52,7 +57,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .. import support
 from ..profiles import PROFILES
-from . import flow, names, scan
+from . import flow, names, native, scan
 
 _BACKEND_CALLS = ("init_process_group", "new_group")
 _AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized"})
@@ -223,6 +228,7 @@ class _Porter:
     # ---------------------------------------------------------------- the walk
     def run(self) -> Ported:
         self.visit_imports()
+        native.visit(self)  # apex imports and their uses, to torch-native spellings (support.NATIVE_REWRITES)
         for node in self.tree._nodes:
             if isinstance(node, ast.Attribute):
                 self.visit_attribute(node)
@@ -641,9 +647,9 @@ class _Porter:
     def left_by_table(self, f: scan.Finding) -> Optional[str]:
         if f.api == "apex" or f.api in support.THIRDPARTY_ROWS:
             verdict = support.lookup(self.profile.name, f.api)
-            native = getattr(support, "native_rewrite", None)  # the table's torch-native rewrites (issue 15's rows)
-            hint = native(f.api) if native is not None else None
-            hint = f"; torch-native: {hint.to} when {hint.when}" if hint is not None else ""
+            rewrite = support.native_rewrite(f.api)
+            hint = f"; torch-native: {rewrite.to}, equal when: {rewrite.when}" if rewrite is not None else ""
+            hint += f"; {support.NO_NATIVE_REWRITE[f.api]}" if f.api in support.NO_NATIVE_REWRITE else ""
             if verdict.cls == support.UNSUPPORTED:
                 return verdict.reason + hint
             return (f"{f.api}: under transfer, {verdict.cls} ({verdict.to or verdict.reason}); the ported code runs "
