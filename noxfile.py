@@ -13,6 +13,10 @@
     nox -s quickstart            the README's quick start on a fresh environment with no torch, then
                                  `transfer port` from the installed wheel
     nox -s results               README's results table from the junit files of the runs (docs/results/)
+    nox -s bench                 `python -m benchmarks --only calls` on torch 2.0.1, 2.1.2, 2.13.0 and 2.14.1
+                                 (or the versions given after --), recorded in docs/bench/, and README's
+                                 performance table written from those files (docs/bench.py); timings:
+                                 run it on a quiet machine, never beside other sessions
 
 Every session builds the wheel from this checkout, installs it (with its
 dependencies, so the dependency specification is exercised) into a virtual
@@ -74,6 +78,8 @@ TORCH_PYTHON = {
 }
 DEFAULT_TORCH = "2.13.0"
 CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
+#: The torch versions `nox -s bench` measures by default: the compat pairs and the default torch (issue 16).
+BENCH_TORCH = ("2.0.1", "2.1.2", "2.13.0", "2.14.1")
 #: The oldest and newest torch a vendor plug-in (so a stand-in) exists for: torch 2.0 has no PrivateUse1 hooks.
 STANDIN_PAIRS = ("2.1.2", "2.14.1")
 TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg")
@@ -353,3 +359,27 @@ def results(session: nox.Session) -> None:
         shutil.copy(path, target)
         session.log(f"{os.path.relpath(path, ROOT)} -> {os.path.relpath(target, ROOT)}")
     session.run(sys.executable, os.path.join(ROOT, "docs", "results.py"), "--write", external=True)
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """The per-call benchmarks (`python -m benchmarks --only calls`) against the wheel on each torch (the
+    compat environments .nox/compat-torch-<v>, as `per_torch` uses), one after the other; each run's
+    results.json is recorded as docs/bench/calls-torch-<v>.json and README's performance table is written
+    from docs/bench/ (docs/bench.py). Arguments after -- are torch versions (default BENCH_TORCH)."""
+    versions = torch_versions(session, BENCH_TORCH)
+    wheel = build_wheel(session)
+    tool = os.path.join(ROOT, "docs", "bench.py")
+    for torch in versions:
+        python = prepare_venv(session, "compat", torch, wheel)
+        if install_only(session):
+            continue
+        tree, out = test_tree(f"bench-{torch}"), os.path.join(WORK, f"bench-{torch}")
+        with session.chdir(tree):
+            session.run(python, "-m", "benchmarks", "--only", "calls", "--out", out, external=True,
+                        env={"TESTING_INSTALLED_TRANSFER": "1",
+                             "PATH": os.path.dirname(python) + os.pathsep + os.environ["PATH"]})
+        session.run(sys.executable, tool, "--record", os.path.join(out, "results.json"), external=True)
+    if not install_only(session):
+        session.run(sys.executable, tool, "--write", external=True)
+        session.run(sys.executable, tool, external=True)

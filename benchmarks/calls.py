@@ -16,8 +16,8 @@ Hand ports (what the "native" column runs):
 CUDA call (shim)              vendor hand port                        cpu hand port (a copy, as CUDA
                                                                       makes for a host tensor)
 ============================  ======================================  ===============================
-x.cuda()                      x.to('<v>:0')                           x.clone()  (x.to('cpu',
-                                                                      copy=True) is also shown)
+x.cuda()                      x.to('<v>:0')                           x.to('cpu', copy=True)  (x.clone()
+                                                                      is also shown)
 x.to('cuda', non_blocking=1)  x.to('<v>', non_blocking=True)          x.to('cpu', non_blocking=True,
                                                                       copy=True)
 x.to(cuda0)                   x.to(torch.device('<v>', 0))            x.to(torch.device('cpu'),
@@ -27,6 +27,7 @@ torch.randn(4,4,device=cuda)  device='<v>'                            device='cp
 x.is_cuda                     x.is_<v>                                x.is_cpu
 torch.cuda.is_available()     torch.<v>.is_available()                torch.cpu.is_available()
 torch.cuda.current_device()   torch.<v>.current_device()              torch.cpu.current_device()
+                                                                      (torch 2.0: constants; info rows)
 untouched calls               the same call                           the same call
 ============================  ======================================  ===========================
 
@@ -35,7 +36,7 @@ move that shows the wrapper's cost most plainly; the vendor rows add
 ``h.cuda()`` for a host tensor `h`, the copy a training loop makes for each
 batch. On the cpu target host memory is device memory and a move to CUDA is a
 copy (as CUDA makes one from host memory), so its hand port copies too. Two
-"info" rows carry no target: ``x.cuda()`` against ``x.to('cpu', copy=True)``
+"info" rows carry no target: ``x.cuda()`` against ``x.clone()``
 (the other cpu hand port), and the floor: a one-line Python function calling
 the C ``Tensor.to`` against ``x.to(dev)``, i.e. what any Python-level wrapper
 costs on the machine at hand.
@@ -78,11 +79,13 @@ def rows_for(target: str) -> List[Row]:
     cpu = target == "cpu"
     v = target
     available, current = f"torch.{v}.is_available()", f"torch.{v}.current_device()"
+    device_module = "translated"
     if cpu and not hasattr(torch.cpu, "current_device"):  # torch 2.0's torch.cpu has neither: a port writes constants
         available, current = "True", "0"
+        device_module = "info"  # no ratio to a constant: the row shows the ns added
     copy = ", copy=True" if cpu else ""  # the cpu target's moves copy, as CUDA's from host memory do
     rows = [
-        Row("x.cuda()", "translated", "x.cuda()", "x.clone()" if cpu else f"x.to('{v}:0')"),
+        Row("x.cuda()", "translated", "x.cuda()", "x.to('cpu', copy=True)" if cpu else f"x.to('{v}:0')"),
         Row("x.to('cuda', non_blocking=True)", "translated", "x.to('cuda', non_blocking=True)",
             f"x.to('{v}', non_blocking=True{copy})"),
         Row("x.to(device) [torch.device('cuda',0)]", "translated", "x.to(cuda0)", f"x.to(dev0{copy})"),
@@ -91,14 +94,14 @@ def rows_for(target: str) -> List[Row]:
         Row("torch.randn(4, 4, device='cuda')", "translated", "torch.randn(4, 4, device='cuda')",
             f"torch.randn(4, 4, device='{v}')"),
         Row("x.is_cuda", "getter", "x.is_cuda", f"x.is_{v}"),
-        Row("torch.cuda.is_available()", "translated", "torch.cuda.is_available()", available),
-        Row("torch.cuda.current_device()", "translated", "torch.cuda.current_device()", current),
+        Row("torch.cuda.is_available()", device_module, "torch.cuda.is_available()", available),
+        Row("torch.cuda.current_device()", device_module, "torch.cuda.current_device()", current),
         Row("x.to(torch.float16)", "untouched", "x.to(torch.float16)", "x.to(torch.float16)"),
         Row("torch.zeros(4)", "untouched", "torch.zeros(4)", "torch.zeros(4)"),
         Row("model.to(torch.bfloat16)", "untouched", "model.to(torch.bfloat16)", "model.to(torch.bfloat16)"),
     ]
     if cpu:
-        rows.append(Row("x.cuda() vs x.to('cpu', copy=True)", "info", "x.cuda()", "x.to('cpu', copy=True)"))
+        rows.append(Row("x.cuda() vs x.clone()", "info", "x.cuda()", "x.clone()"))
     else:
         rows.append(Row("h.cuda() (host tensor)", "translated", "h.cuda()", f"h.to('{v}:0')"))
     # The cost of any Python layer: the least a wrapper around x.to(device) can add.

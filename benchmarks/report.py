@@ -296,8 +296,8 @@ def chart(results: Dict[str, Any], path: str) -> str:
             ax.barh(ys, [v - 1.0 for v in xs], left=1.0, height=height * 0.95, color=colors[k % len(colors)],
                     label=target)
             ax.errorbar(xs, ys, xerr=[lo, hi], fmt="none", ecolor="black", elinewidth=0.7, capsize=2)
-        for x, style, name in ((1.0, "-", "1.0 (native)"), (C.TARGET_UNTOUCHED, ":", "1.2x untouched"),
-                               (C.TARGET_TRANSLATED, "--", "1.5x translated"), (C.TARGET_GETTER, "-.", "3x is_cuda")):
+        for x, style, name in ((1.0, "-", "1.0 (native)"), (C.TARGET_UNTOUCHED, ":", f"{C.TARGET_UNTOUCHED}x untouched"),
+                               (C.TARGET_TRANSLATED, "--", f"{C.TARGET_TRANSLATED}x translated"), (C.TARGET_GETTER, "-.", f"{C.TARGET_GETTER}x is_cuda")):
             ax.axvline(x, color="grey", linestyle=style, linewidth=0.9, label=name)
         ax.set_xscale("log")
         ticks = [0.5, 0.8, 1, 1.2, 1.5, 2, 3, 5, 10, 20]

@@ -14,7 +14,7 @@ import os
 import contextvars
 import threading
 import time
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -99,7 +99,9 @@ def current_device() -> int:
 def set_device(device: Any) -> None:
     if isinstance(device, int) and device < 0:
         return  # CUDA's set_device ignores a negative ordinal (torch.cuda._get_device_index -> -1)
-    _current_index.set(_index(device))
+    index = _index(device)
+    _current_index.set(index)
+    _current_generator.set(generator(index))
 
 
 class device:
@@ -215,8 +217,13 @@ def is_current_stream_capturing() -> bool:
 # Draws that use them: random factories with a CUDA device and the dropout family
 # (transfer/cpu_target.py). A new generator starts from the seed torch gives every
 # generator, CPU or CUDA (67280421310721), as a CUDA device's does.
-_generators: list = []
+_generators: list = [torch.Generator()]  # appended to, never replaced: an entry is that device's generator for good
 _generators_lock = threading.Lock()
+# The current device's generator, kept beside its index by set_device: read by a C call on the
+# random factories' hot path (generator_lookup).
+_current_generator = contextvars.ContextVar("transfer_cpu_current_generator", default=_generators[0])
+current_generator = _current_generator.get
+_MISSING = object()
 
 
 def generator(index: Optional[int] = None) -> torch.Generator:
@@ -230,6 +237,30 @@ def generator(index: Optional[int] = None) -> torch.Generator:
             while len(_generators) <= index:
                 _generators.append(torch.Generator())
         return _generators[index]
+
+
+def generator_lookup() -> Tuple[Callable[[Any], Any], Callable[[Any], Optional[torch.Generator]]]:
+    """``(memo_get, generator_of)`` for the random factories' hot path (patches/_calls.py).
+
+    ``generator_of(device_argument)`` is the generator of the virtual device a CUDA
+    device argument names, None for another device (``'cpu'``); it records its
+    answer in a memo (at most 512 arguments) that ``memo_get(argument)`` reads with
+    one C call: a `torch.Generator` for an argument naming an ordinal, or
+    `current_generator` (a C callable: the current device's generator) for one
+    naming none (``'cuda'``); None when not seen or not a CUDA device.
+    """
+    memo: dict = {}
+
+    def generator_of(device: Any) -> Optional[torch.Generator]:
+        parsed = parse_cuda(device)
+        if parsed is None:
+            return None
+        found = current_generator if parsed[0] is None else generator(parsed[0])
+        if len(memo) < 512:
+            memo[device] = found
+        return current_generator() if found is current_generator else found
+
+    return memo.get, generator_of
 
 
 def _generator_of(device: Any) -> torch.Generator:

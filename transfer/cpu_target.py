@@ -92,12 +92,18 @@ def module_to(ctx, original: Callable) -> Callable:
                 as_cuda[spec] = device
         return device
 
+    spec_types = DEVICE_SPEC_TYPES
+
     def to(self, *args, **kwargs):
-        if args:
+        if args and type(args[0]) in spec_types:
             args = (cuda_form(args[0]),) + args[1:]
-        if kwargs.get("device") is not None:
-            kwargs["device"] = cuda_form(kwargs["device"])
-        return original(self, *args, **kwargs)
+        if kwargs:
+            if kwargs.get("device") is not None:
+                kwargs["device"] = cuda_form(kwargs["device"])
+            return original(self, *args, **kwargs)
+        if len(args) == 1:  # model.to(torch.bfloat16), model.to('cuda'): a plain call (~100 ns on Python 3.8)
+            return original(self, args[0])
+        return original(self, *args)
 
     return _finish(to, original, "to")
 

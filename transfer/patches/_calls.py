@@ -11,9 +11,14 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+import torch
+
 from ..devices import DEVICE_SPEC_TYPES
 
 _MISS = object()
+#: Types of a first argument that names no device: ``x.to(torch.float16)`` (AMP casts) and
+#: ``t.to(None, dtype, non_blocking)`` (Module._apply, for every parameter).
+_NO_DEVICE_TYPES = frozenset({torch.dtype, type(None)})
 _NO_ARG = object()  # no positional argument given
 _NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
 
@@ -31,11 +36,19 @@ def _finish(wrapper: Callable, original: Callable, name: str) -> Callable:
 def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False) -> Callable:
     """Wrap a ``to``-style callable: device as first positional or `device=`.
 
-    Three measured choices keep ``x.to(device)`` within 1.5x of the hand port:
-    - the last device argument and its translation are kept as one tuple (so
-      threads never see half an update); a loop passing the same
-      ``torch.device`` or ``'cuda'`` object pays one identity test, not a type
-      test plus a dict lookup (~130 ns);
+    Measured choices (benchmarks/calls.py; issue 16's targets: 1.2x of the hand
+    port translated, 1.1x of native untouched, on every torch):
+    - two memos, each one identity test: the last device argument with its
+      translation, kept as one tuple (so threads never see half an update), and
+      the last first argument that names no device (a dtype or None: AMP's
+      ``x.to(torch.float16)``, ``t.to(None, dtype, non_blocking)`` in
+      Module._apply). A loop repeating a call pays one ``is``, not a type test
+      plus a dict lookup;
+    - the wrapper is small (few locals and free variables) and hands everything
+      else to a second function: a frame costs ~1.8x as much on Python 3.8 and
+      ~1.4x on 3.10 as on 3.11, growing with its size, and torch 2.0-2.1's
+      ``x.to(torch.float16)`` (~9,000 instructions, against ~14,500 on torch
+      2.13) leaves the least room;
     - arguments are forwarded with the arity they came with: a C method called
       as ``original(self, *args)`` costs ~250 ns more than ``original(self, a)``;
     - `to_signature` says `original` takes ``(device, dtype, non_blocking,
@@ -49,15 +62,27 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
     if copy_moves:
         return _finish(_copying_to(ctx, api, original), original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
-    lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
+    lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
     last = _NOTHING_SEEN  # (argument, translation)
+    plain = _NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES
 
     def to(self, first=_NO_ARG, /, *args, **kwargs):
-        nonlocal last
+        if first is plain:
+            if not kwargs:
+                if not args:
+                    return original(self, first)
+                if len(args) == 2:
+                    return original(self, first, args[0], args[1])
+        else:
+            seen = last  # read once: another thread may replace it
+            if first is seen[0] and not args and not kwargs:
+                return original(self, seen[1])  # the training loop's call
+        return general(self, first, args, kwargs)
+
+    def general(self, first, args, kwargs):
+        nonlocal last, plain
         seen = last
         if first is seen[0]:
-            if not args and not kwargs:
-                return original(self, seen[1])  # the training loop's call: nothing else to check
             first = seen[1]
         elif type(first) in spec_types:
             result = lookup(first, _MISS)
@@ -65,6 +90,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
                 result = miss(first)
             last = (first, result)
             first = result
+        elif first.__class__ in no_device:
+            plain = first
         if kwargs:
             if to_signature and not args and len(kwargs) == 1 and "non_blocking" in kwargs \
                     and type(first) in spec_types:
@@ -85,15 +112,16 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
 
 
 def _copying_to(ctx, api: str, original: Callable) -> Callable:
-    """`device_first`'s Tensor.to for `copy_moves`: the same memo, plus whether the argument moved.
+    """`device_first`'s Tensor.to for `copy_moves`: the same memos, plus whether the argument moved.
 
     A move is a call whose device argument the target translated (a CUDA device);
     it runs as ``to(device, dtype, non_blocking, copy=True)``: one C call, the copy
     CUDA makes. Positional ``copy`` (the fourth argument) is forced True too.
     """
     translator = ctx.target.translator(api)
-    lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
+    lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
     last = (_NOTHING_SEEN[0], None, False)  # (argument, translation, moved)
+    plain = _NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES: never a move
 
     def copying(self, device, args, kwargs):
         if len(args) >= 3:  # (dtype, non_blocking, copy, ...)
@@ -102,14 +130,26 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
         return original(self, device, *args, **kwargs)
 
     def to(self, first=_NO_ARG, /, *args, **kwargs):
-        nonlocal last
+        if first is plain:
+            if not kwargs:
+                if not args:
+                    return original(self, first)
+                if len(args) == 2:
+                    return original(self, first, args[0], args[1])
+        else:
+            seen = last
+            if first is seen[0] and seen[2] and not args:
+                if not kwargs:
+                    return original(self, seen[1], None, False, True)  # the training loop's move
+                if len(kwargs) == 1 and "non_blocking" in kwargs:
+                    return original(self, seen[1], None, kwargs["non_blocking"], True)
+        return general(self, first, args, kwargs)
+
+    def general(self, first, args, kwargs):
+        nonlocal last, plain
         seen = last
         if first is seen[0]:
             if seen[2]:
-                if not args and not kwargs:
-                    return original(self, seen[1], None, False, True)  # the training loop's move
-                if not args and len(kwargs) == 1 and "non_blocking" in kwargs:
-                    return original(self, seen[1], None, kwargs["non_blocking"], True)
                 return copying(self, seen[1], args, kwargs)
         elif type(first) in spec_types:
             result = lookup(first, _MISS)
@@ -119,6 +159,8 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
             last = (first, result, moved)
             if moved:
                 return copying(self, result, args, kwargs)
+        elif first.__class__ in no_device:
+            plain = first
         if kwargs:
             device = kwargs.get("device")
             if device is not None:
@@ -142,15 +184,18 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
     """Wrap a callable whose device is the keyword argument `device=`.
 
     `draws` (random factories on the cpu target, see patches/rng.py): a pair
-    ``(generator_of, undirected)``. A call naming a CUDA device and no generator
-    gets ``generator=generator_of(device)``, the device's own, as on CUDA;
+    ``(lookup, undirected)``, `lookup` being ``(memo_get, generator_of, current)``
+    (`cpu_runtime.generator_lookup`) or None. A call naming a CUDA device and no
+    generator gets ``generator=``, the device's own, as on CUDA: read from the
+    memo without a Python frame (`current()` for ``'cuda'``, the current device's);
     `undirected`, when not None, runs before any other call.
     """
     translator = ctx.target.translator(api)
     lookup, miss, spec_types = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES
 
     if draws is not None:
-        generator_of, undirected = draws
+        lookup_generator, undirected = draws
+        memo_get, generator_of, current = lookup_generator or (None, None, None)
 
         def drawing(*args, **kwargs):
             if kwargs:
@@ -161,12 +206,15 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                         result = miss(device)
                     if result is not device:
                         kwargs["device"] = result
-                        if generator_of is not None and kwargs.get("generator") is None:
-                            generator = generator_of(device)  # None: not a CUDA device after all
-                            if generator is not None:
-                                kwargs["generator"] = generator
-                                return original(*args, **kwargs)
-                        else:
+                        if generator_of is None or "generator" in kwargs and kwargs["generator"] is not None:
+                            return original(*args, **kwargs)
+                        generator = memo_get(device)
+                        if generator is None:
+                            generator = generator_of(device)  # first seen, or None: not a CUDA device after all
+                        elif generator is current:
+                            generator = current()
+                        if generator is not None:
+                            kwargs["generator"] = generator
                             return original(*args, **kwargs)
                 if undirected is not None:
                     undirected()

@@ -90,25 +90,14 @@ def apply(ctx) -> None:
 def factory_draws(ctx, name: str, original):
     """For the factories area: ``(draws, undirected)`` for factory `name` on the cpu target, or None.
 
-    `draws(device)` is the generator of the virtual device a CUDA `device`
-    argument names (None for another device); `undirected()` runs before a call without one that draws on
+    `draws` is ``(memo_get, generator_of, current)`` (`cpu_runtime.generator_lookup`): the generator of
+    the virtual device a CUDA `device` argument names (None for another device), `current` read for an
+    argument that names no ordinal; `undirected()` runs before a call without one that draws on
     an existing tensor (``*_like``, ``normal(tensor, ...)``): the notice.
     """
     if ctx.cpu is None or name not in RANDOM_FACTORIES:
         return None
-    from ..devices import parse_cuda
-
-    generator = cpu_runtime.generator
-    indices = {}  # device argument -> virtual device index (None: the current device)
-
-    def draws(device):
-        index = indices.get(device, _MISS)
-        if index is _MISS:
-            parsed = parse_cuda(device)
-            index = _MISS if parsed is None else parsed[0]
-            if len(indices) < 512:
-                indices[device] = index
-        return None if index is _MISS else generator(index)
+    draws = cpu_runtime.generator_lookup() + (cpu_runtime.current_generator,)
 
     if name in _LIKE and not _like_takes_generator(original):
         draws = None  # torch < 2.x: *_like take no generator; they stay on the CPU stream
