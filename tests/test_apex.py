@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import apex_reference as ref
-from conftest import NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, python
+from conftest import ROOT, SCRIPTS, VENDORS, clean_env, needs_standins, python
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -530,7 +530,7 @@ def test_apex_is_a_real_package_and_goes_away_on_uninstall():
         import apex.contrib  # noqa: F401
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 @pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
 def test_apex_numerics_on_standins(vendor):
     """The same float64 comparisons on the vendor device (hypothesis, fewer examples), in a subprocess."""

@@ -34,6 +34,8 @@ from test_e2e_matrix import (BACKENDS, CELL_NO_STANDINS, STANDINS, Cell, Outcome
                              check_reports, check_stats, command, environment, expected_devices, extension, launch,
                              torchrun, vendor_site)
 
+pytestmark = pytest.mark.slow  # end-to-end jobs (the e2e matrix keeps one cell per way in in the fast tier)
+
 HERE = os.path.join(SCRIPTS, "thirdparty")
 SCRIPT_FILES = {"apex_ddp": ("apex_amp_ddp.py", 2), "llama": ("llama_fused.py", 0),
                 "graph": ("cuda_graph_train.py", 0), "custom_op": ("custom_op_model.py", 0)}

@@ -209,6 +209,7 @@ def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(i
     assert not hasattr(torch.nn.SyncBatchNorm.__init__, "__wrapped__")  # the watch on SyncBatchNorm is gone too
 
 
+@pytest.mark.slow  # an mp.spawn job
 def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summary(tmp_path):
     """Under mp.spawn the parent and both workers used to write transfer-log-rank0.jsonl, rank 0 in
     every record, and three summaries printed. Each worker logs under the rank init_process_group

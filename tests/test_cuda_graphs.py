@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, python
+from conftest import SCRIPTS, VENDORS, clean_env, needs_standins, python
 
 
 def _model():
@@ -142,7 +142,7 @@ def _compare_with_eager(vendor):
     return graphed
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_graph_script_on_gcu_equals_eager():
     """gcu: transfer's replay (the stand-in has no graph API). npu (NPUGraph) and sdaa run the same script in
     tests/test_apex_e2e.py."""
@@ -193,7 +193,7 @@ print("STRICT OK")
 """
 
 
-@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@needs_standins
 def test_npu_standin_graphs_are_as_strict_as_torch_npu():
     """Without transfer: the stand-in's NPUGraph records without running, refuses host reads and
     syncs during capture and default-stream captures (torch_npu's messages), replays on static memory."""

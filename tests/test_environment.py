@@ -114,6 +114,7 @@ def test_torch_nccl_error_handling_reaches_hccl_and_the_children_see_it(tmp_path
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in errs[0] + errs[1]
 
 
+@pytest.mark.slow  # a 2-rank job
 def test_nccl_interface_syntax_becomes_a_name_gloo_accepts(tmp_path):
     """'^docker0' (every interface but docker0: how Kubernetes jobs write it) and '=lo' (exactly lo)
     are NCCL's syntax; gloo takes plain names and fails on '^docker0'. The loopback interface comes

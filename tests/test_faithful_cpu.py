@@ -17,7 +17,6 @@ import inspect
 import json
 import logging
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -373,7 +372,7 @@ CUDA_ANSWERS = {"host_after_moves": [0.0, 1.0, 2.0, 3.0], "host_weights_unchange
                 "cpu_stream_kept": True, "device_seed_repeats": True, "initial_seeds": [7, 5]}
 
 
-@pytest.mark.parametrize("target", ["cpu", "npu", "sdaa", "gcu"])
+@pytest.mark.parametrize("target", ["cpu", *(pytest.param(v, marks=pytest.mark.slow) for v in ("npu", "sdaa", "gcu"))])
 def test_cuda_script_moves_and_streams(target, tmp_path):
     """A CUDA script, unmodified, through the environment way in: the answers CUDA gives
     [GPU record for the moves and the seeding; torch docs for the rest]. The stand-ins are real

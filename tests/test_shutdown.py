@@ -139,6 +139,7 @@ def test_a_pending_asyncio_task_does_not_delay_the_exit():
 
 @pytest.mark.skipif(not hasattr(torch.autograd, "_engine_run_backward"),
                     reason=f"torch {torch.__version__}'s backward copies no context: nothing for the drain to wait for")
+@pytest.mark.slow  # waits for the cap
 def test_a_backward_context_held_forever_is_waited_for_at_most_the_cap_and_said(tmp_path):
     """A gradient hook keeps a copy of the backward's context (as a collective whose peer died keeps
     its work): the drain waits its cap, then says at WARNING level that it gave up, and the exit
