@@ -36,7 +36,7 @@ NAME = re.compile(r"^(?P<session>[a-z_]+)-torch-(?P<torch>[0-9][0-9.]*)\.xml$")
 #: What each session runs (noxfile.py) and how to repeat it ({torch}: the row's torch). `gpu` is no nox
 #: session: the full suite in a checkout on a machine with an NVIDIA GPU, its junit file saved as
 #: docs/results/gpu-torch-<version>.xml (README "Run the tests" has the command).
-SUITES = {"tests": ("full suite", "nox -s tests"),
+SUITES = {"tests": ("full suite, NVIDIA's container variables set", "nox -s tests"),
           "compat": ("compat suite (`-m compat`)", "nox -s compat -- {torch}"),
           "standins": ("stand-in tests (`-m standins`)", "nox -s standins -- {torch}"),
           "gpu": ("full suite on an NVIDIA GPU, in NVIDIA's container", "python -m pytest tests"),
