@@ -12,7 +12,7 @@ SPAWN_AFTER_INSTALL = os.path.join(SCRIPTS, "spawn_after_install.py")
 
 
 @pytest.mark.parametrize("target, backend", [
-    ("cpu", "gloo"),
+    pytest.param("cpu", "gloo", marks=pytest.mark.slow),  # an mp.spawn job: the full suite's
     pytest.param("npu", "hccl", marks=[pytest.mark.skipif(not STANDINS, reason=NO_STANDINS), pytest.mark.slow]),
 ])
 def test_install_in_code_reaches_spawned_workers_and_uninstall_takes_it_back(tmp_path, target, backend):
