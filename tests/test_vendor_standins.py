@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -65,7 +66,7 @@ DEVICE_CHECKS = [
 def child_env(**extra) -> dict:
     """Environment for a child: the stand-ins importable, nothing of this machine's that would change
     what they do (conftest.clean_env), no real GPU (a vendor's machine has none)."""
-    env = clean_env(PYTHONUNBUFFERED=1, **NO_GPU)
+    env = clean_env(PYTHONUNBUFFERED=1, PYTHONFAULTHANDLER=1, **NO_GPU)
     env["PYTHONPATH"] = os.pathsep.join([VENDORS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -77,14 +78,32 @@ def log_of(proc) -> str:
     return f"--- stdout ---\n{out}\n--- stderr ---\n{err}"
 
 
+def run_child(args, *, env=None, timeout=RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    """subprocess.run(args) in HERE, output captured; on timeout the child gets SIGABRT first, so
+    its faulthandler (PYTHONFAULTHANDLER, child_env) prints every thread's stack into the
+    TimeoutExpired's stderr: a hang in CI names where it hung."""
+    with subprocess.Popen(args, env=env or child_env(), cwd=HERE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc.send_signal(signal.SIGABRT)
+            try:
+                out, err = proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            exc.stdout, exc.stderr = out, err
+            raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
 def run(args, *, env=None, timeout=RUN_TIMEOUT, expect_rc=0, what=None):
     """Run a child process with a timeout; fail with its log unless rc matches."""
     what = what or " ".join(os.path.basename(str(a)) for a in args[:4])
     start = time.monotonic()
     try:
-        proc = subprocess.run(
-            args, env=env or child_env(), cwd=HERE, capture_output=True, text=True, timeout=timeout
-        )
+        proc = run_child(args, env=env, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{what}: no exit after {timeout}s\n{log_of(exc)}")
     proc.seconds = time.monotonic() - start
@@ -128,8 +147,7 @@ def device_reports(extension):
     def one(vendor):
         args = [sys.executable, os.path.join(SCRIPTS, "device_checks.py"), vendor]
         try:
-            proc = subprocess.run(args, env=child_env(), cwd=HERE, capture_output=True, text=True,
-                                  timeout=RUN_TIMEOUT)
+            proc = run_child(args)
         except subprocess.TimeoutExpired as exc:
             return None, f"device_checks.py {vendor}: no exit after {RUN_TIMEOUT}s\n{log_of(exc)}"
         report = None
@@ -359,8 +377,7 @@ def test_clean_exit_after_backward_repeated(extension):
 
     def one(vendor):
         try:
-            return vendor, subprocess.run([sys.executable, script, vendor], env=child_env(), cwd=HERE,
-                                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+            return vendor, run_child([sys.executable, script, vendor])
         except subprocess.TimeoutExpired as exc:
             return vendor, exc
 

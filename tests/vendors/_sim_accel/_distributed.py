@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, _create_work_from_future  # torch.distributed does not re-export it
 
 COUNTS: collections.Counter = collections.Counter()
+_PARKED: list = []  # the last tensors of a destroyed group (SimProcessGroup._call)
 _COUNT_LOCK = threading.Lock()
 
 
@@ -98,6 +99,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._check_rank_devices(store, rank, size, timeout)
         opts = dist.ProcessGroupGloo._Options()
         opts._timeout = timeout
+        opts._threads = 1  # works complete and are released in order: see _call
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("sim_accel_gloo/", store), rank, size, opts)
         # Make the group report the vendor device like the real backends do
@@ -132,6 +134,26 @@ class SimProcessGroup(dist.ProcessGroup):
             owners[other] = r
 
     # ---------------------------------------------------------- helpers
+    def _call(self, name, *args):
+        """Run gloo's collective ``name`` and wait for it.
+
+        The tensors handed to gloo are held here until the next collective
+        completes. Why: gloo's worker thread drops its reference to a finished
+        work after marking it complete; when that is the last reference to a
+        tensor that has a Python object, the worker needs the GIL. If the main
+        thread is then destroying the group (``~ProcessGroupGloo`` joins the
+        worker with the GIL held: torch 2.1's destroy_process_group) both wait
+        forever. With one worker thread, works finish and are released in
+        order, so once a collective completes the previous one's tensors are
+        no longer the worker's; ``__del__`` parks the last ones until the
+        group is gone.
+        """
+        getattr(self._gloo, name)(*args).wait()
+        self._gloo_args = args
+
+    def __del__(self):
+        _PARKED[:] = [self.__dict__.pop("_gloo_args", None)]
+
     def getBackendName(self) -> str:
         return self._spec.backend
 
@@ -203,7 +225,7 @@ class SimProcessGroup(dist.ProcessGroup):
         gopts, avg = self._reduce_opts(dist.AllreduceOptions, opts)
 
         def fn(views):
-            self._gloo.allreduce(views, gopts).wait()
+            self._call("allreduce", views, gopts)
             if avg:
                 self._average(views)
 
@@ -214,7 +236,7 @@ class SimProcessGroup(dist.ProcessGroup):
         gopts, avg = self._reduce_opts(dist.AllreduceCoalescedOptions, opts)
 
         def fn(views):
-            self._gloo.allreduce_coalesced(views, gopts).wait()
+            self._call("allreduce_coalesced", views, gopts)
             if avg:
                 self._average(views)
 
@@ -222,14 +244,14 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
-        return self._run("broadcast", lambda v: self._gloo.broadcast(v, opts).wait(), tensors, tensors)
+        return self._run("broadcast", lambda v: self._call("broadcast", v, opts), tensors, tensors)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
         gopts, avg = self._reduce_opts(dist.ReduceOptions, opts)
 
         def fn(views):
-            self._gloo.reduce(views, gopts).wait()
+            self._call("reduce", views, gopts)
             if avg and self._rank == opts.rootRank:
                 self._average(views)
 
@@ -240,7 +262,7 @@ class SimProcessGroup(dist.ProcessGroup):
         _count("allgather")
         outs = [self._host(lst) for lst in output_tensors]
         ins, in_wb = self._host(input_tensors)
-        self._gloo.allgather([o[0] for o in outs], ins, opts).wait()
+        self._call("allgather", [o[0] for o in outs], ins, opts)
         for _, wb in outs:
             self._write_back(wb)
         return _done(output_tensors)
@@ -249,7 +271,7 @@ class SimProcessGroup(dist.ProcessGroup):
         (out_v,), out_wb = self._host([output])
         (in_v,), _ = self._host([input])
         chunks = list(out_v.view(-1).chunk(self._size)) if out_v.numel() else [out_v] * self._size
-        self._gloo.allgather([chunks], [in_v.reshape(-1)]).wait()
+        self._call("allgather", [chunks], [in_v.reshape(-1)])
         self._write_back(out_wb)
 
     def all_gather_single(self, output, input, opts=None):
@@ -274,7 +296,7 @@ class SimProcessGroup(dist.ProcessGroup):
         for outs, inp in zip(output_lists, [[t] for t in input_list]):
             ov, owb = self._host(outs)
             iv, _ = self._host(inp)
-            self._gloo.allgather([ov], iv).wait()
+            self._call("allgather", [ov], iv)
             self._write_back(owb)
         return _done(output_lists)
 
@@ -283,7 +305,7 @@ class SimProcessGroup(dist.ProcessGroup):
         _count("gather")
         outs = [self._host(lst) for lst in output_tensors]
         ins, _ = self._host(input_tensors)
-        self._gloo.gather([o[0] for o in outs], ins, opts).wait()
+        self._call("gather", [o[0] for o in outs], ins, opts)
         for _, wb in outs:
             self._write_back(wb)
         return _done(output_tensors)
@@ -293,7 +315,7 @@ class SimProcessGroup(dist.ProcessGroup):
         _count("scatter")
         outs, out_wb = self._host(output_tensors)
         ins = [self._host(lst)[0] for lst in input_tensors]
-        self._gloo.scatter(outs, ins, opts).wait()
+        self._call("scatter", outs, ins, opts)
         self._write_back(out_wb)
         return _done(output_tensors)
 
@@ -307,7 +329,7 @@ class SimProcessGroup(dist.ProcessGroup):
         avg = self._is_avg(op)
         o = dist.AllreduceOptions()
         o.reduceOp = dist.ReduceOp.SUM if avg else op
-        self._gloo.allreduce([scratch], o).wait()
+        self._call("allreduce", [scratch], o)
         if avg:
             self._average([scratch])
         mine = scratch.chunk(self._size)[self._rank]
@@ -346,7 +368,7 @@ class SimProcessGroup(dist.ProcessGroup):
         _count("all_to_all_single")
         (out_v,), out_wb = self._host([output])
         (in_v,), _ = self._host([input])
-        self._gloo.alltoall_base(out_v, in_v, list(output_split_sizes), list(input_split_sizes), opts).wait()
+        self._call("alltoall_base", out_v, in_v, list(output_split_sizes), list(input_split_sizes), opts)
         self._write_back(out_wb)
         return _done([output])
 
@@ -358,13 +380,13 @@ class SimProcessGroup(dist.ProcessGroup):
         _count("alltoall")
         outs, out_wb = self._host(output_tensors)
         ins, _ = self._host(input_tensors)
-        self._gloo.alltoall(outs, ins, opts).wait()
+        self._call("alltoall", outs, ins, opts)
         self._write_back(out_wb)
         return _done(output_tensors)
 
     def barrier(self, opts=None):
         _count("barrier")
-        self._gloo.barrier(dist.BarrierOptions()).wait()
+        self._call("barrier", dist.BarrierOptions())
         return _done(None)
 
     def send(self, tensors, dst, tag=0):
