@@ -315,6 +315,24 @@ def test_negative_set_device_selects_nothing_as_on_cuda(install_cpu):
     torch.cuda.set_device(0)
 
 
+def test_set_device_without_an_index_raises_as_on_cuda(install_cpu):
+    # torch.cuda.set_device needs an ordinal (torch._utils._get_device_index(optional=False)); the
+    # native call on this CPU-only torch raises CUDA's ValueError before it reaches any CUDA code
+    install_cpu(TRANSFER_CPU_DEVICES=2)
+    torch.cuda.set_device(1)
+    for spec in ("cuda", torch.device("cuda")):
+        with pytest.raises(ValueError) as native:
+            torch._utils._get_device_index(torch.device(spec), optional=False)
+        with pytest.raises(ValueError) as ours:
+            torch.cuda.set_device(spec)
+        assert str(ours.value) == str(native.value), (spec, str(ours.value))
+        assert "with a specified index" in str(ours.value)
+    assert torch.cuda.current_device() == 1  # unchanged, as on CUDA
+    with torch.cuda.device("cuda"):  # the context manager takes an index-less device (optional=True)
+        assert torch.cuda.current_device() == 1
+    torch.cuda.set_device(0)
+
+
 VENDOR_ORDINALS = """
 import torch, transfer
 from transfer.devices import InvalidDeviceError

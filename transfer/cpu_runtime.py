@@ -63,11 +63,12 @@ def device_count() -> int:
     return DEFAULT_DEVICES
 
 
-def _index(device: Any = None) -> int:
+def _index(device: Any = None, optional: bool = True) -> int:
     """The virtual device ordinal `device` names; raises as CUDA's ``torch.cuda._utils._get_device_index``.
 
     A CUDA device string or ``torch.device('cuda', N)`` names ordinal N (no
-    index: the current device); an int is an ordinal; a device string torch
+    index: the current device, unless not `optional`: then torch's ValueError,
+    as ``torch.cuda.set_device('cuda')`` raises); an int is an ordinal; a device string torch
     rejects raises torch's own error (``'CUDA:0'``); another device type
     raises CUDA's ValueError, except the CPU: this target's devices are the
     CPU (``x.cuda().device``), so it names the current device. An ordinal past
@@ -85,6 +86,8 @@ def _index(device: Any = None) -> int:
         if device.type != "cpu":
             raise ValueError(f"Expected a cuda device, but got: {device}")
         parsed = (None,)
+    elif parsed[0] is None and not optional:
+        torch._utils._get_device_index(torch.device(device), optional=False)  # raises torch's ValueError
     index = parsed[0] if parsed[0] is not None else current_device()
     count = device_count()
     if not 0 <= index < count:
@@ -99,7 +102,7 @@ def current_device() -> int:
 def set_device(device: Any) -> None:
     if isinstance(device, int) and device < 0:
         return  # CUDA's set_device ignores a negative ordinal (torch.cuda._get_device_index -> -1)
-    index = _index(device)
+    index = _index(device, optional=False)
     _current_index.set(index)
     _current_generator.set(generator(index))
 
