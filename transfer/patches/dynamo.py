@@ -1,12 +1,22 @@
-"""torch.compile: traced code sees the same `x.is_cuda` as eager code.
+"""torch.compile: traced code sees the same `x.is_cuda` as eager code, and every mode compiles.
 
 Dynamo does not read the Tensor.is_cuda descriptor while tracing; it answers
 ``device.type == "cuda"`` from the tensor's metadata, so a compiled
 ``if x.is_cuda:`` took the other branch than eager under the shim. torch
 imports dynamo lazily (~1 s), so the patch waits for that import.
+
+``mode="reduce-overhead"`` (CUDA graphs): inductor asks whether CUDA's caching
+allocator is enabled once ``torch.cuda.is_available()`` is True, through
+``torch._C._cuda_cudaCachingAllocator_is_enabled``, which a CPU build of torch
+(the one torch_npu and the cpu target run on) does not have: an AttributeError
+inside torch.compile. Where it is missing there is no CUDA allocator to ask;
+inductor then skips CUDA graphs for the target's non-CUDA nodes, as it does
+natively for CPU tensors, and the compiled model computes what eager does.
 """
 
 from __future__ import annotations
+
+import torch
 
 
 def apply(ctx) -> None:
@@ -49,3 +59,17 @@ def apply(ctx) -> None:
     # torch < 2.2 answers is_cuda inside TensorVariable.var_getattr (no method_attr_is_cuda).
     ctx.registry.replace_when_imported("dynamo.is_cuda", "torch._dynamo.variables.tensor", "TensorVariable",
                                        "var_getattr", make_getattr_replacement)
+
+    def make_allocator_check(original):
+        if hasattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled"):
+            return None  # a CUDA build: torch's own check answers
+
+        def check_caching_allocator_for_cudagraphs():
+            return None  # no CUDA caching allocator on this build: nothing to skip for
+
+        check_caching_allocator_for_cudagraphs.__wrapped__ = original
+        return check_caching_allocator_for_cudagraphs
+
+    # torch >= 2.13 checks the allocator before CUDA graphs (older torch has no such function: left alone).
+    ctx.registry.replace_when_imported("dynamo.cudagraph_allocator_check", "torch._inductor.cudagraph_utils", "",
+                                       "check_caching_allocator_for_cudagraphs", make_allocator_check)
