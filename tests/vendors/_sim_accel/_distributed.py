@@ -121,9 +121,14 @@ class SimProcessGroup(dist.ProcessGroup):
             return
         me = f"{socket.gethostname()}/{self._physical[self._C.current_device()]}"
         store.set(f"sim_accel_device/{rank}", me)
+        devices = [store.get(f"sim_accel_device/{r}").decode() for r in range(size)]
+        # Rank 0 hosts the store under torchrun (env://): it leaves, raising or not, only once every
+        # rank has read, or a rank still reading gets "Connection reset by peer" instead of the error.
+        store.set(f"sim_accel_device_read/{rank}", "1")
+        if rank == 0:
+            store.wait([f"sim_accel_device_read/{r}" for r in range(size)], timeout)
         owners: dict[str, int] = {}
-        for r in range(size):
-            other = store.get(f"sim_accel_device/{r}").decode()
+        for r, other in enumerate(devices):
             if other in owners:
                 host, _, idx = other.rpartition("/")
                 raise RuntimeError(
