@@ -75,8 +75,11 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
                     return original(self, first, args[0], args[1])
         else:
             seen = last  # read once: another thread may replace it
-            if first is seen[0] and not args and not kwargs:
-                return original(self, seen[1])  # the training loop's call
+            if first is seen[0] and not args:
+                if not kwargs:
+                    return original(self, seen[1])  # the training loop's call
+                if to_signature and len(kwargs) == 1 and "non_blocking" in kwargs:
+                    return original(self, seen[1], None, kwargs["non_blocking"])
         return general(self, first, args, kwargs)
 
     def general(self, first, args, kwargs):
@@ -196,32 +199,44 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
     if draws is not None:
         lookup_generator, undirected = draws
         memo_get, generator_of, current = lookup_generator or (None, None, None)
+        last = (_NOTHING_SEEN[0], None, None)  # (device argument, translation, generator or `current`)
 
         def drawing(*args, **kwargs):
             if kwargs:
-                device = kwargs.get("device")
-                if device is not None and type(device) in spec_types:
-                    result = lookup(device, _MISS)
-                    if result is _MISS:
-                        result = miss(device)
-                    if result is not device:
-                        kwargs["device"] = result
-                        if generator_of is None or "generator" in kwargs and kwargs["generator"] is not None:
-                            return original(*args, **kwargs)
-                        generator = memo_get(device)
-                        if generator is None:
-                            generator = generator_of(device)  # first seen, or None: not a CUDA device after all
-                        elif generator is current:
-                            generator = current()
-                        if generator is not None:
-                            kwargs["generator"] = generator
-                            return original(*args, **kwargs)
-                if undirected is not None:
-                    undirected()
-                return original(*args, **kwargs)
+                seen = last  # read once: another thread may replace it
+                if len(kwargs) == 1 and kwargs.get("device") is seen[0]:  # the loop's call: the memo's device only
+                    generator = seen[2]
+                    return original(*args, device=seen[1], generator=current() if generator is current else generator)
+                return directed(args, kwargs)
             if undirected is not None:
                 undirected()
             return original(*args)
+
+        def directed(args, kwargs):
+            nonlocal last
+            device = kwargs.get("device")
+            if device is not None and type(device) in spec_types:
+                result = lookup(device, _MISS)
+                if result is _MISS:
+                    result = miss(device)
+                if result is not device:
+                    kwargs["device"] = result
+                    if generator_of is None or "generator" in kwargs and kwargs["generator"] is not None:
+                        return original(*args, **kwargs)
+                    generator = memo_get(device)
+                    if generator is None:
+                        generator = generator_of(device)  # first seen, or None: not a CUDA device after all
+                    elif generator is current:
+                        generator = current()
+                    if generator is not None:
+                        kwargs["generator"] = generator
+                        remembered = memo_get(device)  # a generator, or `current` (read at each call)
+                        if len(kwargs) == 2 and remembered is not None:
+                            last = (device, result, remembered)
+                        return original(*args, **kwargs)
+            if undirected is not None:
+                undirected()
+            return original(*args, **kwargs)
 
         return _finish(drawing, original, api.rsplit(".", 1)[-1])
 
