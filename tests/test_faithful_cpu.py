@@ -170,6 +170,26 @@ def test_each_device_has_its_own_generator(cpu_target, monkeypatch):
     assert (state.dtype, state.device.type, state.dim()) == (torch.uint8, "cpu", 1)
 
 
+def test_a_repeated_device_draw_follows_the_current_device(cpu_target, monkeypatch):
+    """The same `device='cuda'` call in a loop (the factories' memo of the last device argument)
+    draws from the current device's generator each time, as on CUDA, and leaves the CPU stream."""
+    monkeypatch.setenv("TRANSFER_CPU_DEVICES", "2")
+    plain = _plain_stream()
+    torch.manual_seed(0)
+    torch.cuda.manual_seed_all(11)
+    drawn = []
+    for device in (0, 0, 1, 1, 0):
+        torch.cuda.set_device(device)
+        drawn.append(torch.randn(3, device="cuda"))
+    torch.cuda.set_device(0)
+    torch.cuda.manual_seed_all(11)
+    want = {0: [torch.randn(3, device="cuda:0") for _ in range(3)],
+            1: [torch.randn(3, device="cuda:1") for _ in range(2)]}
+    expected = [want[0][0], want[0][1], want[1][0], want[1][1], want[0][2]]
+    assert all(torch.equal(a, b) for a, b in zip(drawn, expected))
+    assert _cpu_stream() == plain
+
+
 def test_rng_state_round_trips_and_checkpoint_resume(cpu_target, tmp_path):
     torch.manual_seed(0)
     torch.rand(3, device="cuda")
