@@ -224,8 +224,10 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                         generator = seen[2]
                         return original(*args, device=seen[1],
                                         generator=current() if generator is current else generator)
-                    if type(device) in spec_types and lookup(device, _MISS) != device:  # a CUDA device, or not seen
-                        return directed(args, device, kwargs)
+                    if type(device) in spec_types:
+                        result = lookup(device, _MISS)
+                        if result != device:  # a CUDA device, or not seen
+                            return directed(args, device, result, kwargs)
                 if undirected is not None:
                     undirected()
                 return original(*args, **kwargs)
@@ -233,27 +235,26 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                 undirected()
             return original(*args)
 
-        def directed(args, device, kwargs):
+        def directed(args, device, result, kwargs):
+            """`device` (a device spec type) is not the last one; `result` is its cached translation or _MISS."""
             nonlocal last
-            if type(device) in spec_types:
-                result = lookup(device, _MISS)
-                if result is _MISS:
-                    result = miss(device)
-                if result is not device and result != device:  # an equal cached object (x.device) is no CUDA device
-                    kwargs["device"] = result
-                    if generator_of is None or "generator" in kwargs and kwargs["generator"] is not None:
-                        return original(*args, **kwargs)
-                    generator = memo_get(device)
-                    if generator is None:
-                        generator = generator_of(device)  # first seen, or None: not a CUDA device after all
-                    elif generator is current:
-                        generator = current()
-                    if generator is not None:
-                        kwargs["generator"] = generator
-                        remembered = memo_get(device)  # a generator, or `current` (read at each call)
-                        if len(kwargs) == 2 and remembered is not None:
-                            last = (device, result, remembered)
-                        return original(*args, **kwargs)
+            if result is _MISS:
+                result = miss(device)
+            if result is not device and result != device:  # an equal cached object (x.device) is no CUDA device
+                kwargs["device"] = result
+                if generator_of is None or "generator" in kwargs and kwargs["generator"] is not None:
+                    return original(*args, **kwargs)
+                remembered = memo_get(device)  # a generator, `current` (read at each call), or None: not seen
+                if remembered is None:
+                    generator = generator_of(device)  # first seen, or None: not a CUDA device after all
+                    remembered = memo_get(device)  # None when the memo is full
+                else:
+                    generator = current() if remembered is current else remembered
+                if generator is not None:
+                    kwargs["generator"] = generator
+                    if len(kwargs) == 2 and remembered is not None:
+                        last = (device, result, remembered)
+                    return original(*args, **kwargs)
             if undirected is not None:
                 undirected()
             return original(*args, **kwargs)
