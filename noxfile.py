@@ -148,6 +148,10 @@ def prepare_venv(session: nox.Session, name: str, torch: str, wheel: str, extra=
         fresh = True
     if fresh:
         shutil.rmtree(venv, ignore_errors=True)
+        os.makedirs(WORK, exist_ok=True)
+        free = shutil.disk_usage(WORK).free / 2**30
+        session.log(f"{free:.1f} GB free before installing torch {torch} into {venv} (a CUDA build of torch needs "
+                    "up to ~8 GB while pip installs it; .ci/run removes each compat environment after use)")
         session.run_install(find_python(TORCH_PYTHON[torch]), "-m", "venv", venv, external=True)
         session.run_install(python, "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
         session.run_install(python, "-m", "pip", "install", "-q", *torch_requirements(torch), external=True)
