@@ -6,12 +6,16 @@ while TRANSFER_DEVICE is unset; when it is set, it arms activation on
 ``import torch`` (transfer/_autoload.py), which is how TRANSFER_DEVICE works
 on torch < 2.5 (no backend autoload) and with TORCH_DEVICE_BACKEND_AUTOLOAD=0.
 Same pattern as coverage.py's process_startup and pytest-cov's .pth.
+Also the optional C extension transfer._fastcalls (the hot frames of the call wrappers, see
+transfer/fastcalls.py): one build against Python 3.8's limited API serves Python 3.8-3.12
+(an abi3 wheel, setup.cfg's [bdist_wheel]); where it cannot be compiled the install goes on
+without it and the wrappers stay pure Python.
 Everything else is declared in setup.cfg.
 """
 
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 PTH = "transfer.pth"
@@ -38,4 +42,12 @@ class build_py_with_pth(build_py):
         return list(super().get_outputs(include_bytecode)) + [os.path.join(self._root(), PTH)]
 
 
-setup(cmdclass={"build_py": build_py_with_pth})
+FASTCALLS = Extension(
+    "transfer._fastcalls",
+    ["transfer/_fastcalls.c"],
+    define_macros=[("Py_LIMITED_API", "0x03080000")],
+    py_limited_api=True,
+    optional=True,  # no compiler: installed without it (pure-Python wrappers)
+)
+
+setup(cmdclass={"build_py": build_py_with_pth}, ext_modules=[FASTCALLS])

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict
 
 import torch
 
+from . import fastcalls
 from .devices import DEVICE_SPEC_TYPES, parse_cuda
 from .patches._calls import _finish
 
@@ -105,7 +106,7 @@ def module_to(ctx, original: Callable) -> Callable:
             return original(self, args[0])
         return original(self, *args)
 
-    return _finish(to, original, "to")
+    return _finish(fastcalls.stand_in(fastcalls.METHOD, to, original, spec_types=spec_types), original, "to")
 
 
 def copying_factory(translated: Callable, name: str) -> Callable:

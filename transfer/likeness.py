@@ -3,7 +3,7 @@
 The contract (issue 11): once `Registry.replace` installs ``owner.attribute =
 replacement``, the replacement
 
-* pickles by reference to ``owner.attribute``: in a process without transfer the
+* pickles by reference to ``owner.attribute`` (a C stand-in of fastcalls.py too): in a process without transfer the
   reference loads torch's original, in one with transfer the replacement;
   ``copy.copy``/``copy.deepcopy`` return it unchanged, as for any function;
 * answers ``__name__``, ``__doc__`` and ``__wrapped__`` as the original does
@@ -40,6 +40,8 @@ from typing import Any, Optional, Tuple
 
 import wrapt
 
+from . import fastcalls
+
 _NO_VALUE = object()
 
 
@@ -72,6 +74,10 @@ def present(owner: Any, attribute: str, original: Any, replacement: Any) -> Any:
     if path is None:
         return replacement
     if isinstance(replacement, PathWrapper) or isinstance(replacement, types.ModuleType):
+        return replacement
+    if fastcalls.is_fast(replacement):  # a C stand-in for a closure: both named alike
+        _name(fastcalls.python_of(replacement), path, original, owner)
+        _name(replacement, path, original, owner)
         return replacement
     if isinstance(replacement, types.FunctionType):
         if resolve(replacement.__module__, replacement.__qualname__) is replacement:

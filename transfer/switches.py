@@ -1,7 +1,7 @@
 """The yes/no TRANSFER_* switches, read in one place.
 
 `flag` is the one reader of every boolean variable (TRANSFER_QUIET,
-TRANSFER_STRICT). The spellings are those of the usual tools (pip,
+TRANSFER_STRICT, TRANSFER_NO_FASTCALLS). The spellings are those of the usual tools (pip,
 setuptools, Git config):
 
 * unset, empty, ``0``, ``false``, ``no``, ``off``: off;
@@ -21,7 +21,7 @@ from typing import Mapping, Optional
 
 from .errors import TransferError
 
-BOOLEANS = ("TRANSFER_QUIET", "TRANSFER_STRICT")
+BOOLEANS = ("TRANSFER_QUIET", "TRANSFER_STRICT", "TRANSFER_NO_FASTCALLS")
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
 

@@ -4,6 +4,11 @@ These are plain closures, not wrapt.FunctionWrapper: a FunctionWrapper costs
 ~450 ns a call against ~80 ns for a closure (FACTS), fails to pickle, and is
 opaque to torch.compile, which traces straight through a closure. Calls with
 no device argument pay one type test and one ``if kwargs``.
+
+Where the C extension is built (transfer/fastcalls.py), each wrapper returned
+here is a C stand-in for the closure: it answers the hot frame's cases in C and
+hands every other call to the closure, which stays the one definition of what
+the wrapper does.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from .. import fastcalls
 from ..devices import DEVICE_SPEC_TYPES
 
 _MISS = object()
@@ -24,6 +30,8 @@ _NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
 
 
 def _finish(wrapper: Callable, original: Callable, name: str) -> Callable:
+    if fastcalls.is_fast(wrapper):  # the C stand-in and its Python twin answer alike
+        _finish(fastcalls.python_of(wrapper), original, name)
     try:
         functools.update_wrapper(wrapper, original)
     except (AttributeError, TypeError):
@@ -70,7 +78,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
     on CUDA, so ``x.to('cuda')`` never aliases ``x``; other calls are untouched.
     """
     if copy_moves:
-        return _finish(_copying_to(ctx, api, original), original, api.rsplit(".", 1)[-1])
+        return _finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original),
+                       original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
     last = _NOTHING_SEEN  # (argument, translation)
@@ -121,7 +130,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
             return original(self)
         return original(self, first)
 
-    return _finish(to, original, api.rsplit(".", 1)[-1])
+    return _finish(fastcalls.stand_in(fastcalls.TO, to, original, flag=to_signature), original,
+                   api.rsplit(".", 1)[-1])
 
 
 def _copying_to(ctx, api: str, original: Callable) -> Callable:
@@ -259,7 +269,8 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                 undirected()
             return original(*args, **kwargs)
 
-        return _finish(drawing, original, api.rsplit(".", 1)[-1])
+        return _finish(fastcalls.stand_in(fastcalls.DRAWING, drawing, original, current=current,
+                                          flag=undirected is not None), original, api.rsplit(".", 1)[-1])
 
     def factory(*args, **kwargs):
         if kwargs:
@@ -272,4 +283,5 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
             return original(*args, **kwargs)
         return original(*args)
 
-    return _finish(factory, original, api.rsplit(".", 1)[-1])
+    return _finish(fastcalls.stand_in(fastcalls.FACTORY, factory, original, cache=translator.cache,
+                                      spec_types=spec_types), original, api.rsplit(".", 1)[-1])

@@ -1,0 +1,483 @@
+/* The hot frames of transfer's call wrappers (transfer/patches/_calls.py) in C.
+ *
+ * One object type, FastCall, stands in for one Python wrapper (its "twin": the
+ * closure `device_first` or `device_keyword` built). It answers the cases the
+ * twin's hot frame answers without translating anything new (no device in the
+ * arguments; the identity memo of the last device argument; a translation
+ * already cached) and hands every other call, unchanged, to the twin, which
+ * does what it always did (translation misses, errors, reports). The memos are
+ * the twin's own closure cells, read here with PyCell_Get, so the twin's slow
+ * path updates what this frame reads: one state, two readers.
+ *
+ * Built against the limited API of Python 3.8 (one abi3 build for 3.8-3.12),
+ * plus two things the 3.8 limited headers do not declare but every CPython
+ * since 3.8 has: PyCell_Get (an exported function) and the type flag
+ * Py_TPFLAGS_METHOD_DESCRIPTOR (PEP 590: `x.to(...)` calls the wrapper with
+ * `x` first, without binding a method object, as for a Python function).
+ */
+#define Py_LIMITED_API 0x03080000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#ifndef Py_TPFLAGS_METHOD_DESCRIPTOR
+#define Py_TPFLAGS_METHOD_DESCRIPTOR (1UL << 17)
+#endif
+
+PyAPI_FUNC(PyObject *) PyCell_Get(PyObject *);
+
+enum { K_TO = 0, K_TO_COPY = 1, K_FACTORY = 2, K_DRAWING = 3, K_METHOD = 4, K_LAST = 4 };
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    int to_signature;   /* K_TO: original takes (device, dtype, non_blocking, ...) */
+    int undirected;     /* K_DRAWING: the twin runs a check before calls with no device */
+    PyObject *twin;     /* the Python wrapper: every call this frame does not answer */
+    PyObject *original;
+    PyObject *last;     /* cell: (argument, translation[, moved | generator]) */
+    PyObject *plain;    /* cell (K_TO, K_TO_COPY): the last first argument naming no device */
+    PyObject *cache;    /* dict (K_FACTORY): the translator's cache */
+    PyObject *spec_types; /* frozenset (K_FACTORY) */
+    PyObject *current;  /* K_DRAWING: the callable standing for "the current device's generator" */
+    PyObject *dict;     /* attributes: __name__, __wrapped__, ... */
+} FastCall;
+
+static PyObject *s_device, *s_generator, *s_non_blocking, *s_qualname, *method_type;
+
+static int
+has_kwargs(PyObject *kwargs)
+{
+    return kwargs != NULL && PyDict_Size(kwargs) != 0;
+}
+
+static PyObject *
+call_pack(PyObject *original, PyObject *tuple)
+{
+    PyObject *result;
+    if (tuple == NULL)
+        return NULL;
+    result = PyObject_Call(original, tuple, NULL);
+    Py_DECREF(tuple);
+    return result;
+}
+
+/* device_first's `to` (and _copying_to's): self and first are args[0], args[1]. */
+static PyObject *
+call_to(FastCall *fc, PyObject *args, PyObject *kwargs)
+{
+    Py_ssize_t n = PyTuple_Size(args);
+    if (n >= 2) {
+        PyObject *self = PyTuple_GetItem(args, 0), *first = PyTuple_GetItem(args, 1);
+        PyObject *plain = PyCell_Get(fc->plain);
+        int is_plain = first == plain;
+        Py_XDECREF(plain);
+        if (is_plain) {
+            if (!has_kwargs(kwargs) && (n == 2 || n == 4))
+                return PyObject_Call(fc->original, args, NULL);
+        }
+        else if (n == 2) {
+            PyObject *seen = PyCell_Get(fc->last), *result = NULL;
+            int answered = 0;
+            if (seen != NULL && PyTuple_Check(seen) && PyTuple_Size(seen) >= 2
+                    && first == PyTuple_GetItem(seen, 0)) {
+                PyObject *translation = PyTuple_GetItem(seen, 1);
+                if (fc->kind == K_TO) {
+                    if (!has_kwargs(kwargs)) {
+                        answered = 1;
+                        result = call_pack(fc->original, PyTuple_Pack(2, self, translation));
+                    }
+                    else if (fc->to_signature && PyDict_Size(kwargs) == 1) {
+                        PyObject *nb = PyDict_GetItem(kwargs, s_non_blocking);
+                        if (nb != NULL) {
+                            answered = 1;
+                            result = call_pack(fc->original, PyTuple_Pack(4, self, translation, Py_None, nb));
+                        }
+                    }
+                }
+                else if (PyTuple_Size(seen) >= 3) {
+                    int moved = PyObject_IsTrue(PyTuple_GetItem(seen, 2));
+                    if (moved < 0) {
+                        Py_DECREF(seen);
+                        return NULL;
+                    }
+                    if (moved) {
+                        if (!has_kwargs(kwargs)) {
+                            answered = 1;
+                            result = call_pack(fc->original,
+                                               PyTuple_Pack(5, self, translation, Py_None, Py_False, Py_True));
+                        }
+                        else if (PyDict_Size(kwargs) == 1) {
+                            PyObject *nb = PyDict_GetItem(kwargs, s_non_blocking);
+                            if (nb != NULL) {
+                                answered = 1;
+                                result = call_pack(fc->original,
+                                                   PyTuple_Pack(5, self, translation, Py_None, nb, Py_True));
+                            }
+                        }
+                    }
+                }
+            }
+            Py_XDECREF(seen);
+            if (answered)
+                return result;
+        }
+    }
+    return PyObject_Call(fc->twin, args, kwargs);
+}
+
+/* device_keyword's `factory` (no draws). */
+static PyObject *
+call_factory(FastCall *fc, PyObject *args, PyObject *kwargs)
+{
+    PyObject *device, *translation, *changed, *result;
+    int spec;
+    if (!has_kwargs(kwargs))
+        return PyObject_Call(fc->original, args, NULL);
+    device = PyDict_GetItemWithError(kwargs, s_device);
+    if (device == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Call(fc->original, args, kwargs);
+    }
+    if (device == Py_None)
+        return PyObject_Call(fc->original, args, kwargs);
+    spec = PySet_Contains(fc->spec_types, (PyObject *)Py_TYPE(device));
+    if (spec < 0)
+        return NULL;
+    if (!spec)
+        return PyObject_Call(fc->original, args, kwargs);
+    translation = PyDict_GetItemWithError(fc->cache, device);
+    if (translation == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Call(fc->twin, args, kwargs);  /* not cached: the twin translates */
+    }
+    Py_INCREF(translation);  /* the cache may change while the copy is made */
+    changed = PyDict_Copy(kwargs);
+    if (changed == NULL || PyDict_SetItem(changed, s_device, translation) < 0) {
+        Py_DECREF(translation);
+        Py_XDECREF(changed);
+        return NULL;
+    }
+    Py_DECREF(translation);
+    result = PyObject_Call(fc->original, args, changed);
+    Py_DECREF(changed);
+    return result;
+}
+
+/* device_keyword's `drawing` (random factories on the cpu target). */
+static PyObject *
+call_drawing(FastCall *fc, PyObject *args, PyObject *kwargs)
+{
+    PyObject *device, *seen;
+    if (!has_kwargs(kwargs)) {
+        if (!fc->undirected)
+            return PyObject_Call(fc->original, args, NULL);
+        return PyObject_Call(fc->twin, args, kwargs);
+    }
+    device = PyDict_GetItemWithError(kwargs, s_device);
+    if (device == NULL && PyErr_Occurred())
+        return NULL;
+    if (device == NULL || device == Py_None || PyDict_Size(kwargs) != 1)
+        return PyObject_Call(fc->twin, args, kwargs);
+    seen = PyCell_Get(fc->last);
+    if (seen != NULL && PyTuple_Check(seen) && PyTuple_Size(seen) >= 3 && device == PyTuple_GetItem(seen, 0)) {
+        PyObject *generator = PyTuple_GetItem(seen, 2), *changed, *result;
+        if (generator == fc->current)
+            generator = PyObject_CallObject(fc->current, NULL);
+        else
+            Py_INCREF(generator);
+        if (generator == NULL) {
+            Py_DECREF(seen);
+            return NULL;
+        }
+        changed = PyDict_New();
+        if (changed == NULL || PyDict_SetItem(changed, s_device, PyTuple_GetItem(seen, 1)) < 0
+                || PyDict_SetItem(changed, s_generator, generator) < 0) {
+            Py_XDECREF(changed);
+            Py_DECREF(generator);
+            Py_DECREF(seen);
+            return NULL;
+        }
+        Py_DECREF(generator);
+        Py_DECREF(seen);
+        result = PyObject_Call(fc->original, args, changed);
+        Py_DECREF(changed);
+        return result;
+    }
+    Py_XDECREF(seen);
+    return PyObject_Call(fc->twin, args, kwargs);
+}
+
+/* The cpu target's Module.to (cpu_target.module_to): no keyword, and a first argument
+ * after self that is no device spec (model.to(torch.bfloat16)): the original at once. */
+static PyObject *
+call_method(FastCall *fc, PyObject *args, PyObject *kwargs)
+{
+    Py_ssize_t n = PyTuple_Size(args);
+    if (!has_kwargs(kwargs) && n >= 1) {
+        int spec = 0;
+        if (n >= 2) {
+            spec = PySet_Contains(fc->spec_types, (PyObject *)Py_TYPE(PyTuple_GetItem(args, 1)));
+            if (spec < 0)
+                return NULL;
+        }
+        if (!spec)
+            return PyObject_Call(fc->original, args, NULL);
+    }
+    return PyObject_Call(fc->twin, args, kwargs);
+}
+
+static PyObject *
+fc_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    FastCall *fc = (FastCall *)self;
+    switch (fc->kind) {
+    case K_TO:
+    case K_TO_COPY:
+        return call_to(fc, args, kwargs);
+    case K_FACTORY:
+        return call_factory(fc, args, kwargs);
+    case K_METHOD:
+        return call_method(fc, args, kwargs);
+    default:
+        return call_drawing(fc, args, kwargs);
+    }
+}
+
+/* A method, as a Python function is: x.to binds, Tensor.to is the wrapper itself. */
+static PyObject *
+fc_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyObject_CallFunctionObjArgs(method_type, self, obj, NULL);
+}
+
+/* Attributes as a function's: the instance's own first (__name__, __doc__, __module__, ...). */
+static PyObject *
+fc_getattro(PyObject *self, PyObject *name)
+{
+    FastCall *fc = (FastCall *)self;
+    PyObject *value = PyDict_GetItemWithError(fc->dict, name);
+    if (value != NULL) {
+        Py_INCREF(value);
+        return value;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_GenericGetAttr(self, name);
+}
+
+static int
+fc_setattro(PyObject *self, PyObject *name, PyObject *value)
+{
+    FastCall *fc = (FastCall *)self;
+    if (value == NULL) {
+        if (PyDict_DelItem(fc->dict, name) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_KeyError)) {
+                PyErr_Clear();
+                PyErr_SetObject(PyExc_AttributeError, name);
+            }
+            return -1;
+        }
+        return 0;
+    }
+    return PyDict_SetItem(fc->dict, name, value);
+}
+
+static PyObject *
+fc_get_dict(PyObject *self, void *closure)
+{
+    PyObject *dict = ((FastCall *)self)->dict;
+    Py_INCREF(dict);
+    return dict;
+}
+
+static PyObject *
+fc_get_twin(PyObject *self, void *closure)
+{
+    PyObject *twin = ((FastCall *)self)->twin;
+    Py_INCREF(twin);
+    return twin;
+}
+
+/* Pickles by reference, as a function does: pickle looks __module__.__qualname__ up and
+ * checks it finds this object (transfer/likeness.py); copy/deepcopy return it. */
+static PyObject *
+fc_reduce(PyObject *self, PyObject *unused)
+{
+    return PyObject_GetAttr(self, s_qualname);
+}
+
+static PyObject *
+fc_repr(PyObject *self)
+{
+    PyObject *qualname = PyObject_GetAttr(self, s_qualname), *repr;
+    if (qualname == NULL) {
+        PyErr_Clear();
+        return PyUnicode_FromFormat("<transfer fast call at %p>", self);
+    }
+    repr = PyUnicode_FromFormat("<transfer fast call %S at %p>", qualname, self);
+    Py_DECREF(qualname);
+    return repr;
+}
+
+static void
+fc_dealloc(PyObject *self)
+{
+    FastCall *fc = (FastCall *)self;
+    PyTypeObject *type = Py_TYPE(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    Py_XDECREF(fc->twin);
+    Py_XDECREF(fc->original);
+    Py_XDECREF(fc->last);
+    Py_XDECREF(fc->plain);
+    Py_XDECREF(fc->cache);
+    Py_XDECREF(fc->spec_types);
+    Py_XDECREF(fc->current);
+    Py_XDECREF(fc->dict);
+    tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef fc_methods[] = {
+    {"__reduce__", fc_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef fc_getset[] = {
+    {"__dict__", fc_get_dict, NULL, NULL, NULL},
+    {"__transfer_python__", fc_get_twin, NULL, "the Python wrapper this object stands in for", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot fc_slots[] = {
+    {Py_tp_call, fc_call},
+    {Py_tp_descr_get, fc_descr_get},
+    {Py_tp_getattro, fc_getattro},
+    {Py_tp_setattro, fc_setattro},
+    {Py_tp_repr, fc_repr},
+    {Py_tp_dealloc, fc_dealloc},
+    {Py_tp_methods, fc_methods},
+    {Py_tp_getset, fc_getset},
+    {0, NULL},
+};
+
+static PyType_Spec fc_spec = {
+    "transfer._fastcalls.FastCall",
+    sizeof(FastCall),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    fc_slots,
+};
+
+static PyObject *fast_type;
+
+/* make(kind, twin, original, last, plain, cache, spec_types, current, flag) */
+static PyObject *
+make(PyObject *module, PyObject *args)
+{
+    int kind, flag;
+    PyObject *twin, *original, *last, *plain, *cache, *spec_types, *current;
+    FastCall *fc;
+    allocfunc tp_alloc;
+    if (!PyArg_ParseTuple(args, "iOOOOOOOp", &kind, &twin, &original, &last, &plain, &cache, &spec_types,
+                          &current, &flag))
+        return NULL;
+    if (kind < 0 || kind > K_LAST) {
+        PyErr_SetString(PyExc_ValueError, "unknown kind");
+        return NULL;
+    }
+    if (!PyCallable_Check(twin) || !PyCallable_Check(original)) {
+        PyErr_SetString(PyExc_TypeError, "twin and original must be callable");
+        return NULL;
+    }
+    if ((kind == K_TO || kind == K_TO_COPY) && (last == Py_None || plain == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "to: the memo cells are required");
+        return NULL;
+    }
+    if ((kind == K_FACTORY || kind == K_METHOD) && !PyFrozenSet_Check(spec_types)) {
+        PyErr_SetString(PyExc_TypeError, "a frozenset of types is required");
+        return NULL;
+    }
+    if (kind == K_FACTORY && !PyDict_Check(cache)) {
+        PyErr_SetString(PyExc_TypeError, "factory: a dict cache and a frozenset of types are required");
+        return NULL;
+    }
+    if (kind == K_DRAWING && last == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "drawing: the memo cell is required");
+        return NULL;
+    }
+    tp_alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)fast_type, Py_tp_alloc);
+    fc = (FastCall *)tp_alloc((PyTypeObject *)fast_type, 0);
+    if (fc == NULL)
+        return NULL;
+    fc->dict = PyDict_New();
+    if (fc->dict == NULL) {
+        Py_DECREF(fc);
+        return NULL;
+    }
+    fc->kind = kind;
+    fc->to_signature = kind == K_TO && flag;
+    fc->undirected = kind == K_DRAWING && flag;
+#define KEEP(field, value) (Py_INCREF(value), fc->field = (value))
+    KEEP(twin, twin);
+    KEEP(original, original);
+    KEEP(last, last);
+    KEEP(plain, plain);
+    KEEP(cache, cache);
+    KEEP(spec_types, spec_types);
+    KEEP(current, current);
+#undef KEEP
+    return (PyObject *)fc;
+}
+
+static PyMethodDef module_methods[] = {
+    {"make", make, METH_VARARGS,
+     "make(kind, twin, original, last, plain, cache, spec_types, current, flag): a FastCall (see the C source)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "transfer._fastcalls", "C hot frames of transfer's call wrappers.", -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastcalls(void)
+{
+    PyObject *module, *types;
+    s_device = PyUnicode_InternFromString("device");
+    s_generator = PyUnicode_InternFromString("generator");
+    s_non_blocking = PyUnicode_InternFromString("non_blocking");
+    s_qualname = PyUnicode_InternFromString("__qualname__");
+    if (!s_device || !s_generator || !s_non_blocking || !s_qualname)
+        return NULL;
+    types = PyImport_ImportModule("types");
+    if (types == NULL)
+        return NULL;
+    method_type = PyObject_GetAttrString(types, "MethodType");
+    Py_DECREF(types);
+    if (method_type == NULL)
+        return NULL;
+    fast_type = PyType_FromSpec(&fc_spec);
+    if (fast_type == NULL)
+        return NULL;
+    module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(fast_type);
+    if (PyModule_AddObject(module, "FastCall", fast_type) < 0
+            || PyModule_AddIntConstant(module, "TO", K_TO) < 0
+            || PyModule_AddIntConstant(module, "TO_COPY", K_TO_COPY) < 0
+            || PyModule_AddIntConstant(module, "FACTORY", K_FACTORY) < 0
+            || PyModule_AddIntConstant(module, "DRAWING", K_DRAWING) < 0
+            || PyModule_AddIntConstant(module, "METHOD", K_METHOD) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
