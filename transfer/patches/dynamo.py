@@ -12,11 +12,18 @@ allocator is enabled once ``torch.cuda.is_available()`` is True, through
 inside torch.compile. Where it is missing there is no CUDA allocator to ask;
 inductor then skips CUDA graphs for the target's non-CUDA nodes, as it does
 natively for CPU tensors, and the compiled model computes what eager does.
+
+The C stand-ins of the hot wrappers (transfer/fastcalls.py) are opaque to
+dynamo, a graph break each. Dynamo is shown the Python closure each stands in
+for instead, at the source ``<where the stand-in is>.__transfer_python__``, so
+it traces (and guards on) exactly what it traced before the C path existed.
 """
 
 from __future__ import annotations
 
 import torch
+
+from .. import fastcalls
 
 
 def apply(ctx) -> None:
@@ -73,3 +80,43 @@ def apply(ctx) -> None:
     # torch >= 2.13 checks the allocator before CUDA graphs (older torch has no such function: left alone).
     ctx.registry.replace_when_imported("dynamo.cudagraph_allocator_check", "torch._inductor.cudagraph_utils", "",
                                        "check_caching_allocator_for_cudagraphs", make_allocator_check)
+
+    if fastcalls.enabled():
+        ctx.registry.replace_when_imported("dynamo.fastcalls", "torch._dynamo.variables.builder", "VariableBuilder",
+                                           "_wrap", _traced_as_python)
+
+
+def _traced_as_python(original):
+    """VariableBuilder._wrap (torch 2.0-2.14) that builds a C stand-in's Python twin in its place."""
+    from torch._dynamo.source import AttrSource
+
+    def _wrap(self, value):
+        if fastcalls.is_fast(value):
+            twin = fastcalls.python_of(value)
+            _same_rules(value, twin)
+            if self.source is not None:
+                self.source = AttrSource(self.source, "__transfer_python__")
+            value = twin
+        return original(self, value)
+
+    _wrap.__wrapped__ = original
+    return _wrap
+
+
+def _same_rules(fast, twin) -> None:
+    """Dynamo's table of torch functions, built by name at the first compile, holds whatever
+    ``torch.zeros`` was then: the stand-in when transfer was installed. The twin gets its rule
+    (a function put in the graph as is, as the Python wrapper was before the C path)."""
+    try:
+        from torch._dynamo import trace_rules
+
+        rules = trace_rules.get_torch_obj_rule_map()
+    except (ImportError, AttributeError):  # torch < 2.2: a set of allowed ids (allowed_functions)
+        from torch._dynamo import allowed_functions
+
+        ids = allowed_functions._allowed_function_ids
+        if id(fast) in ids and id(twin) not in ids:
+            ids.add(id(twin))
+        return
+    if fast in rules and twin not in rules:
+        rules[twin] = rules[fast]
