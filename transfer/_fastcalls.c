@@ -296,6 +296,30 @@ fc_get_dict(PyObject *self, void *closure)
     return dict;
 }
 
+/* __doc__, __name__, __qualname__, __module__ as data descriptors too, so that a lookup that
+ * bypasses fc_getattro (object.__getattribute__: pydoc's _getowndoc) finds the instance's. */
+static PyObject *
+fc_get_named(PyObject *self, void *closure)
+{
+    PyObject *value = PyDict_GetItemString(((FastCall *)self)->dict, (const char *)closure);
+    if (value == NULL)
+        value = Py_None;
+    Py_INCREF(value);
+    return value;
+}
+
+static int
+fc_set_named(PyObject *self, PyObject *value, void *closure)
+{
+    PyObject *dict = ((FastCall *)self)->dict;
+    if (value == NULL) {
+        if (PyDict_GetItemString(dict, (const char *)closure) == NULL)
+            return 0;
+        return PyDict_DelItemString(dict, (const char *)closure);
+    }
+    return PyDict_SetItemString(dict, (const char *)closure, value);
+}
+
 static PyObject *
 fc_get_twin(PyObject *self, void *closure)
 {
@@ -350,6 +374,10 @@ static PyMethodDef fc_methods[] = {
 
 static PyGetSetDef fc_getset[] = {
     {"__dict__", fc_get_dict, NULL, NULL, NULL},
+    {"__doc__", fc_get_named, fc_set_named, NULL, "__doc__"},
+    {"__name__", fc_get_named, fc_set_named, NULL, "__name__"},
+    {"__qualname__", fc_get_named, fc_set_named, NULL, "__qualname__"},
+    {"__module__", fc_get_named, fc_set_named, NULL, "__module__"},
     {"__transfer_python__", fc_get_twin, NULL, "the Python wrapper this object stands in for", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
