@@ -75,7 +75,8 @@ def summarize(prefix: str) -> None:
     import ast
     import re
 
-    files = sorted(glob.glob(prefix + ".*"), key=lambda f: [int(p) for p in re.findall(r"\d+", f[len(prefix):])])
+    files = sorted((f for f in glob.glob(prefix + ".*") if f[len(prefix) + 1:].isdigit()),
+                   key=lambda f: int(f[len(prefix) + 1:]))
     totals = []
     for f in files:
         with open(f) as fh:
@@ -84,7 +85,7 @@ def summarize(prefix: str) -> None:
         totals.append(int(m.group(1)) if m else 0)
     log = open(prefix + ".log").read()
     order = ast.literal_eval(re.search(r"ORDER (\[.*\])", log).group(1))
-    # callgrind writes the dumps as OUT.<n>, then the final OUT (the remainder)
+    # callgrind writes the dumps as OUT.<n> (one per measurement, in order), then the final OUT (empty)
     counts = dict()
     dumps = totals[: len(order)]
     empties = [t for label, t in zip(order, dumps) if label == "empty"]

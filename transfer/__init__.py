@@ -77,6 +77,7 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
         wanted = selection.requested(device)
         strict = flag("TRANSFER_STRICT")  # bad values raise here, before anything is patched
         flag("TRANSFER_QUIET")
+        flag("TRANSFER_NO_FASTCALLS")
         if _active is not None:
             if wanted not in ("auto", _active.profile.name):
                 raise TransferError(
