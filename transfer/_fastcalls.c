@@ -18,12 +18,55 @@
 #define Py_LIMITED_API 0x03080000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <string.h>
+#ifndef _WIN32
+#include <dlfcn.h>
+#endif
 
 #ifndef Py_TPFLAGS_METHOD_DESCRIPTOR
 #define Py_TPFLAGS_METHOD_DESCRIPTOR (1UL << 17)
 #endif
 
 PyAPI_FUNC(PyObject *) PyCell_Get(PyObject *);
+
+/* PEP 590 vectorcall, used where the running Python has it in the stable form (3.9+; the
+ * limited API names it from 3.12 only): the type's vectorcall slot is set, through
+ * __vectorcalloffset__, only then, and PyObject_Vectorcall is looked up when the module loads.
+ * On 3.8 every call goes through tp_call (one argument tuple). */
+typedef PyObject *(*vectorcall_t)(PyObject *, PyObject *const *, size_t, PyObject *);
+#define VC_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
+#define VC_NARGS(n) ((Py_ssize_t)((n) & ~VC_OFFSET))
+#define HAVE_VECTORCALL_FLAG (1UL << 11)
+typedef PyObject *(*vectorcall_dict_t)(PyObject *, PyObject *const *, size_t, PyObject *);
+static vectorcall_t object_vectorcall;  /* PyObject_Vectorcall (exported from 3.11), or NULL */
+static vectorcall_dict_t object_vectorcall_dict;  /* PyObject_VectorcallDict (3.9, 3.10), or NULL */
+static int use_vectorcall;
+
+/* PyObject_Vectorcall; on 3.9-3.10 (where it is an inline function) through PyObject_VectorcallDict. */
+static PyObject *
+vcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t i, n, nkw;
+    PyObject *kwargs, *result;
+    if (object_vectorcall != NULL)
+        return object_vectorcall(callable, args, nargsf, kwnames);
+    if (kwnames == NULL || (nkw = PyTuple_Size(kwnames)) == 0)
+        return object_vectorcall_dict(callable, args, nargsf, NULL);
+    n = (Py_ssize_t)(nargsf & ~((size_t)1 << (8 * sizeof(size_t) - 1)));
+    kwargs = PyDict_New();
+    if (kwargs == NULL)
+        return NULL;
+    for (i = 0; i < nkw; i++) {
+        if (PyDict_SetItem(kwargs, PyTuple_GetItem(kwnames, i), args[n + i]) < 0) {
+            Py_DECREF(kwargs);
+            return NULL;
+        }
+    }
+    result = object_vectorcall_dict(callable, args, nargsf, kwargs);
+    Py_DECREF(kwargs);
+    return result;
+}
 
 enum { K_TO = 0, K_TO_COPY = 1, K_FACTORY = 2, K_DRAWING = 3, K_METHOD = 4, K_LAST = 4 };
 
@@ -40,9 +83,10 @@ typedef struct {
     PyObject *spec_types; /* frozenset (K_FACTORY) */
     PyObject *current;  /* K_DRAWING: the callable standing for "the current device's generator" */
     PyObject *dict;     /* attributes: __name__, __wrapped__, ... */
+    vectorcall_t vectorcall;
 } FastCall;
 
-static PyObject *s_device, *s_generator, *s_non_blocking, *s_qualname, *method_type;
+static PyObject *s_device, *s_generator, *s_non_blocking, *s_qualname, *method_type, *device_generator;
 
 static int
 has_kwargs(PyObject *kwargs)
@@ -245,6 +289,194 @@ fc_call(PyObject *self, PyObject *args, PyObject *kwargs)
     }
 }
 
+/* --- vectorcall (Python 3.9+): the same cases as above, without the argument tuple ---------- */
+
+static int
+is_name(PyObject *name, PyObject *interned)
+{
+    return name == interned || PyUnicode_Compare(name, interned) == 0;
+}
+
+/* The tp_call path, for what the vectorcall path does not answer itself: the twin. */
+static PyObject *
+vc_twin(FastCall *fc, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return vcall(fc->twin, args, nargsf, kwnames);
+}
+
+static PyObject *
+vc_to(FastCall *fc, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = VC_NARGS(nargsf), nkw = kwnames == NULL ? 0 : PyTuple_Size(kwnames);
+    if (n >= 2) {
+        PyObject *self = args[0], *first = args[1];
+        PyObject *plain = PyCell_Get(fc->plain);
+        int is_plain = first == plain;
+        Py_XDECREF(plain);
+        if (is_plain) {
+            if (nkw == 0 && (n == 2 || n == 4))
+                return vcall(fc->original, args, nargsf, NULL);
+        }
+        else if (n == 2 && (nkw == 0 || (nkw == 1 && is_name(PyTuple_GetItem(kwnames, 0), s_non_blocking)))) {
+            PyObject *seen = PyCell_Get(fc->last), *result = NULL;
+            int answered = 0;
+            if (seen != NULL && PyTuple_Check(seen) && PyTuple_Size(seen) >= 2
+                    && first == PyTuple_GetItem(seen, 0)) {
+                PyObject *call[5];
+                call[0] = self;
+                call[1] = PyTuple_GetItem(seen, 1);
+                call[2] = Py_None;
+                if (fc->kind == K_TO) {
+                    if (nkw == 0) {
+                        answered = 1;
+                        result = vcall(fc->original, call, 2, NULL);
+                    }
+                    else if (fc->to_signature) {
+                        answered = 1;
+                        call[3] = args[2];
+                        result = vcall(fc->original, call, 4, NULL);
+                    }
+                }
+                else if (PyTuple_Size(seen) >= 3) {
+                    int moved = PyObject_IsTrue(PyTuple_GetItem(seen, 2));
+                    if (moved < 0) {
+                        Py_DECREF(seen);
+                        return NULL;
+                    }
+                    if (moved) {
+                        answered = 1;
+                        call[3] = nkw == 0 ? Py_False : args[2];
+                        call[4] = Py_True;
+                        result = vcall(fc->original, call, 5, NULL);
+                    }
+                }
+            }
+            Py_XDECREF(seen);
+            if (answered)
+                return result;
+        }
+    }
+    return vc_twin(fc, args, nargsf, kwnames);
+}
+
+/* The index of keyword `name` among kwnames, or -1. */
+static Py_ssize_t
+keyword_index(PyObject *kwnames, PyObject *name)
+{
+    Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_Size(kwnames);
+    for (i = 0; i < nkw; i++)
+        if (is_name(PyTuple_GetItem(kwnames, i), name))
+            return i;
+    return -1;
+}
+
+#define VC_MAX 12  /* arguments handled on the stack; longer calls go to the twin */
+
+static PyObject *
+vc_factory(FastCall *fc, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = VC_NARGS(nargsf), nkw, at;
+    PyObject *device, *translation, *call[VC_MAX], *result;
+    int spec;
+    if (kwnames == NULL || (nkw = PyTuple_Size(kwnames)) == 0)
+        return vcall(fc->original, args, nargsf, NULL);
+    at = keyword_index(kwnames, s_device);
+    if (at < 0)
+        return vcall(fc->original, args, nargsf, kwnames);
+    device = args[n + at];
+    if (device == Py_None)
+        return vcall(fc->original, args, nargsf, kwnames);
+    spec = PySet_Contains(fc->spec_types, (PyObject *)Py_TYPE(device));
+    if (spec < 0)
+        return NULL;
+    if (!spec)
+        return vcall(fc->original, args, nargsf, kwnames);
+    translation = PyDict_GetItemWithError(fc->cache, device);
+    if (translation == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return vc_twin(fc, args, nargsf, kwnames);
+    }
+    if (n + nkw > VC_MAX)
+        return vc_twin(fc, args, nargsf, kwnames);
+    Py_INCREF(translation);
+    memcpy(call, args, (size_t)(n + nkw) * sizeof(PyObject *));
+    call[n + at] = translation;
+    result = vcall(fc->original, call, (size_t)n, kwnames);
+    Py_DECREF(translation);
+    return result;
+}
+
+static PyObject *
+vc_drawing(FastCall *fc, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = VC_NARGS(nargsf);
+    PyObject *seen, *call[VC_MAX], *result = NULL;
+    int answered = 0;
+    if (kwnames == NULL || PyTuple_Size(kwnames) == 0) {
+        if (!fc->undirected)
+            return vcall(fc->original, args, nargsf, NULL);
+        return vc_twin(fc, args, nargsf, kwnames);
+    }
+    if (PyTuple_Size(kwnames) != 1 || !is_name(PyTuple_GetItem(kwnames, 0), s_device) || args[n] == Py_None
+            || n + 2 > VC_MAX)
+        return vc_twin(fc, args, nargsf, kwnames);
+    seen = PyCell_Get(fc->last);
+    if (seen != NULL && PyTuple_Check(seen) && PyTuple_Size(seen) >= 3 && args[n] == PyTuple_GetItem(seen, 0)) {
+        PyObject *generator = PyTuple_GetItem(seen, 2);
+        if (generator == fc->current)
+            generator = PyObject_CallObject(fc->current, NULL);
+        else
+            Py_INCREF(generator);
+        answered = 1;
+        if (generator != NULL) {
+            memcpy(call, args, (size_t)n * sizeof(PyObject *));
+            call[n] = PyTuple_GetItem(seen, 1);
+            call[n + 1] = generator;
+            result = vcall(fc->original, call, (size_t)n, device_generator);
+            Py_DECREF(generator);
+        }
+    }
+    Py_XDECREF(seen);
+    if (answered)
+        return result;
+    return vc_twin(fc, args, nargsf, kwnames);
+}
+
+static PyObject *
+vc_method(FastCall *fc, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = VC_NARGS(nargsf);
+    if ((kwnames == NULL || PyTuple_Size(kwnames) == 0) && n >= 1) {
+        int spec = 0;
+        if (n >= 2) {
+            spec = PySet_Contains(fc->spec_types, (PyObject *)Py_TYPE(args[1]));
+            if (spec < 0)
+                return NULL;
+        }
+        if (!spec)
+            return vcall(fc->original, args, nargsf, NULL);
+    }
+    return vc_twin(fc, args, nargsf, kwnames);
+}
+
+static PyObject *
+fc_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    FastCall *fc = (FastCall *)self;
+    switch (fc->kind) {
+    case K_TO:
+    case K_TO_COPY:
+        return vc_to(fc, args, nargsf, kwnames);
+    case K_FACTORY:
+        return vc_factory(fc, args, nargsf, kwnames);
+    case K_METHOD:
+        return vc_method(fc, args, nargsf, kwnames);
+    default:
+        return vc_drawing(fc, args, nargsf, kwnames);
+    }
+}
+
 /* A method, as a Python function is: x.to binds, Tensor.to is the wrapper itself. */
 static PyObject *
 fc_descr_get(PyObject *self, PyObject *obj, PyObject *type)
@@ -382,7 +614,17 @@ static PyGetSetDef fc_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef fc_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(FastCall, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMemberDef no_members[] = {
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot fc_slots[] = {
+    {Py_tp_members, NULL},  /* fc_members where vectorcall is used (module init) */
     {Py_tp_call, fc_call},
     {Py_tp_descr_get, fc_descr_get},
     {Py_tp_getattro, fc_getattro},
@@ -449,6 +691,7 @@ make(PyObject *module, PyObject *args)
         return NULL;
     }
     fc->kind = kind;
+    fc->vectorcall = use_vectorcall ? fc_vectorcall : NULL;
     fc->to_signature = kind == K_TO && flag;
     fc->undirected = kind == K_DRAWING && flag;
 #define KEEP(field, value) (Py_INCREF(value), fc->field = (value))
@@ -491,6 +734,36 @@ PyInit__fastcalls(void)
     Py_DECREF(types);
     if (method_type == NULL)
         return NULL;
+    device_generator = Py_BuildValue("(OO)", s_device, s_generator);
+    if (device_generator == NULL)
+        return NULL;
+    object_vectorcall = NULL;
+#ifndef _WIN32
+    {
+        PyObject *sys = PyImport_ImportModule("sys"), *version;
+        long minor = 0;
+        if (sys == NULL)
+            return NULL;
+        version = PyObject_GetAttrString(sys, "version_info");
+        Py_DECREF(sys);
+        if (version == NULL)
+            return NULL;
+        minor = PyLong_AsLong(PyTuple_GetItem(version, 1));
+        Py_DECREF(version);
+        if (minor >= 9) {
+            object_vectorcall = (vectorcall_t)dlsym(RTLD_DEFAULT, "PyObject_Vectorcall");
+            object_vectorcall_dict = (vectorcall_dict_t)dlsym(RTLD_DEFAULT, "PyObject_VectorcallDict");
+            use_vectorcall = object_vectorcall != NULL || object_vectorcall_dict != NULL;
+        }
+    }
+#endif
+    if (use_vectorcall) {
+        fc_slots[0].pfunc = fc_members;
+        fc_spec.flags |= HAVE_VECTORCALL_FLAG;
+    }
+    else {
+        fc_slots[0].pfunc = no_members;
+    }
     fast_type = PyType_FromSpec(&fc_spec);
     if (fast_type == NULL)
         return NULL;
