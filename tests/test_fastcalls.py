@@ -21,7 +21,9 @@ import torch
 import transfer
 from transfer import fastcalls
 
-pytestmark = pytest.mark.skipif(fastcalls.TYPE is None, reason="transfer._fastcalls is not built here "
+from conftest import ROOT, clean_env, run
+
+needs_ext = pytest.mark.skipif(fastcalls.TYPE is None, reason="transfer._fastcalls is not built here "
                                 "(`python setup.py build_ext --inplace`)")
 
 
@@ -129,6 +131,7 @@ def _run_all():
     return outcomes, translations
 
 
+@needs_ext
 def test_every_spelling_returns_raises_and_reports_as_the_python_wrappers(both):
     both(False)
     assert not fastcalls.is_fast(torch.Tensor.to)
@@ -142,6 +145,7 @@ def test_every_spelling_returns_raises_and_reports_as_the_python_wrappers(both):
     assert c[1] == python[1]
 
 
+@needs_ext
 def test_stand_ins_are_what_the_hot_calls_hold_and_uninstall_restores_torch(both):
     tensor_base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
     natives = {"to": tensor_base.to, "zeros": torch.zeros, "randn": torch.randn, "module_to": torch.nn.Module.to}
@@ -155,6 +159,7 @@ def test_stand_ins_are_what_the_hot_calls_hold_and_uninstall_restores_torch(both
     assert torch.randn is natives["randn"] and torch.nn.Module.to is natives["module_to"]
 
 
+@needs_ext
 def test_no_fastcalls_switch_keeps_python_wrappers_and_a_bad_value_stops_the_install(both, monkeypatch):
     both(False)
     assert inspect.isfunction(torch.Tensor.to) and inspect.isfunction(torch.zeros)
@@ -166,6 +171,7 @@ def test_no_fastcalls_switch_keeps_python_wrappers_and_a_bad_value_stops_the_ins
     assert torch.zeros is native_zeros  # nothing patched
 
 
+@needs_ext
 def test_stand_ins_pickle_copy_and_introspect_as_the_python_wrappers(both):
     both(False)
     python = {name: _facts(obj) for name, obj in _hot_objects().items()}
@@ -194,6 +200,7 @@ def _facts(obj):
             "bound": None if bound is None else (bound.__self__ is x, bound.__name__)}
 
 
+@needs_ext
 def test_threads_share_the_memo_without_a_wrong_answer(both):
     both(True)
     x = torch.arange(4.0)
@@ -228,6 +235,7 @@ def _compiled_step(x):
     return y + torch.randn(4, device="cuda") * 0 + torch.ones(4)
 
 
+@needs_ext
 def test_compile_traces_the_stand_ins_without_graph_breaks(both):
     """fullgraph=True raises at any graph break: dynamo is shown each stand-in's Python twin."""
     import torch._dynamo
@@ -260,3 +268,20 @@ def _dynamo_traces_frozensets() -> bool:
     finally:
         torch._dynamo.reset()
     return True
+
+
+WITHOUT_EXTENSION = """
+import sys
+sys.modules["transfer._fastcalls"] = None  # as on a platform where it was not built
+import inspect, torch, transfer
+transfer.install("cpu")
+assert inspect.isfunction(torch.Tensor.to) and inspect.isfunction(torch.zeros), (torch.Tensor.to, torch.zeros)
+assert torch.zeros(2, device="cuda").device.type == "cpu" and torch.ones(2).to("cuda:1").device.type == "cpu"
+print("PYTHON WRAPPERS")
+"""
+
+
+def test_without_the_extension_the_python_wrappers_are_installed():
+    proc = run([sys.executable, "-c", WITHOUT_EXTENSION], env=clean_env(PYTHONPATH=ROOT, TRANSFER_QUIET="1"),
+               cwd=ROOT, check=False)
+    assert proc.returncode == 0 and "PYTHON WRAPPERS" in proc.stdout, proc.stdout + proc.stderr

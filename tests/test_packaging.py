@@ -46,6 +46,18 @@ def test_the_wheel_ships_the_gate_and_the_bootstrap(wheel):
     assert gate.count("\n") == 1 and gate.startswith("import ")  # one line, executed by site
 
 
+def test_the_wheel_is_one_abi3_build_with_the_c_stand_ins(wheel):
+    """transfer._fastcalls uses Python 3.8's limited API: one cp38-abi3 wheel serves 3.8-3.12. It is
+    optional (no compiler: a pure wheel, the Python wrappers), so a pure wheel passes too."""
+    names = zipfile.ZipFile(wheel).namelist()
+    tag = os.path.basename(wheel).split("-", 2)[2]
+    if tag.startswith("py3-none-any"):
+        assert not [n for n in names if "_fastcalls" in n and n.endswith((".so", ".pyd"))]
+        return
+    assert tag.startswith("cp38-abi3-"), tag
+    assert [n for n in names if n.startswith("transfer/_fastcalls.") and n.endswith((".abi3.so", ".pyd"))], names
+
+
 def test_the_copy_under_test_is_the_installed_one():
     here = os.path.dirname(os.path.abspath(transfer.__file__))
     # A child started in the checkout (cwd on sys.path for -c) finds the same copy.
