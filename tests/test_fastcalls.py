@@ -104,7 +104,15 @@ def _spellings():
         ("m.to(torch.device('cuda', 1), torch.float32)", lambda x: m.to(torch.device("cuda", 1), torch.float32).weight),
         ("m.to(device='cuda', dtype=torch.float32)", lambda x: m.to(device="cuda", dtype=torch.float32).weight),
         ("m.to('cuda:9')", lambda x: m.to("cuda:9")),
+        ("with torch.device('cuda'): torch.ones(2)", lambda x: _under_device("cuda")),
+        ("with torch.device('cuda:1'): x.new_ones(2)", lambda x: _under_device("cuda:1", x)),
+        ("with torch.device('cuda:6'): ...", lambda x: _under_device("cuda:6")),
     ]
+
+
+def _under_device(device, x=None):
+    with torch.device(device):
+        return torch.ones(2) if x is None else x.new_ones(2)
 
 
 def _seen(value, x):
