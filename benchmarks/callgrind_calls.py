@@ -68,7 +68,10 @@ def measure() -> None:
     run("empty", "None")
     print("ORDER", [o for o in order if not o.startswith("#")])
     print("\n".join(o for o in order if o.startswith("#")))
-    print("torch", torch.__version__, "python", sys.version.split()[0])
+    from transfer import fastcalls
+
+    vectorcall = fastcalls.TYPE is not None and bool(fastcalls.TYPE.__flags__ & (1 << 11))
+    print("torch", torch.__version__, "python", sys.version.split()[0], "vectorcall", vectorcall)
 
 
 def summarize(prefix: str) -> None:
