@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import os
 import pickle
 import sys
 import threading
@@ -21,7 +22,7 @@ import torch
 import transfer
 from transfer import fastcalls
 
-from conftest import ROOT, clean_env, run
+from conftest import ROOT, VENDORS, clean_env, needs_standins, run
 
 needs_ext = pytest.mark.skipif(fastcalls.TYPE is None, reason="transfer._fastcalls is not built here "
                                 "(`python setup.py build_ext --inplace`)")
@@ -293,3 +294,48 @@ def test_without_the_extension_the_python_wrappers_are_installed():
     proc = run([sys.executable, "-c", WITHOUT_EXTENSION], env=clean_env(PYTHONPATH=ROOT, TRANSFER_QUIET="1"),
                cwd=ROOT, check=False)
     assert proc.returncode == 0 and "PYTHON WRAPPERS" in proc.stdout, proc.stdout + proc.stderr
+
+
+ON_A_VENDOR = """
+import torch, transfer
+from transfer import fastcalls
+assert fastcalls.is_fast(torch.Tensor.to) == FAST, torch.Tensor.to
+torch.manual_seed(0)
+m = torch.nn.Linear(2, 2)
+h = torch.arange(4.0)
+x = h.to("npu")
+spellings = [
+    lambda: x.to("cuda"), lambda: x.to("cuda", non_blocking=True), lambda: x.to("cuda", non_blocking=False),
+    lambda: x.to(torch.float16), lambda: x.to(None, torch.float64, False), lambda: x.to("cuda:1"),
+    lambda: h.to("cuda"), lambda: h.to("cuda", non_blocking=True), lambda: h.cuda(), lambda: x.to("cpu"),
+    lambda: x.to(device="cuda"), lambda: x.to("cuda", copy=True), lambda: x.to("cuda:9"), lambda: x.to(),
+    lambda: torch.zeros(2, device="cuda"), lambda: torch.zeros(2, device="cuda:1"), lambda: torch.zeros(2),
+    lambda: torch.randn(2, device="cuda").shape, lambda: torch.ones(2, device=torch.device("cuda", 0)),
+    lambda: m.to("cuda").weight, lambda: m.to(torch.bfloat16).weight, lambda: m.to("cuda", non_blocking=True).weight,
+    lambda: m.to(torch.device("cuda", 1)).weight, lambda: torch.Tensor.to(x, "cuda"),
+]
+for i, call in enumerate(spellings):
+    for _ in range(3):
+        try:
+            r = call()
+            if isinstance(r, torch.Tensor):
+                r = (str(r.device), r.dtype, r.shape, r.cpu().tolist(), r is x, r is h)
+            print(i, "returned", r)
+        except Exception as exc:
+            print(i, "raised", type(exc).__name__, exc)
+print(sorted((row["api"], str(row["argument"]), str(row["to"])) for row in transfer.status()["translations"]))
+"""
+
+
+@needs_standins
+@needs_ext
+def test_on_a_vendor_stand_in_every_spelling_matches_the_python_wrappers():
+    """The vendor targets' Tensor.to / Module.to are the `to` stand-in (the cpu target's are not)."""
+    outputs = []
+    for fast in (False, True):
+        env = clean_env(TRANSFER_DEVICE="npu", PYTHONPATH=os.pathsep.join([ROOT, VENDORS]), TRANSFER_QUIET="1",
+                        TRANSFER_NO_FASTCALLS="0" if fast else "1")
+        proc = run([sys.executable, "-c", f"FAST = {fast}\n" + ON_A_VENDOR], env=env, cwd=ROOT, timeout=600)
+        outputs.append(proc.stdout)
+    assert outputs[1] == outputs[0]
+    assert "returned" in outputs[0] and "raised" in outputs[0]
