@@ -261,6 +261,29 @@ def test_compile_traces_the_stand_ins_without_graph_breaks(both):
     torch._dynamo.reset()
 
 
+@needs_ext
+def test_compile_breaks_graphs_where_the_python_wrappers_do_and_computes_the_same(both):
+    """On every torch (2.0-2.1's dynamo breaks on the wrappers' frozenset test: as many breaks either way)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    seen = []
+    for fast in (False, True):
+        both(fast)
+        torch._dynamo.reset()
+        counters.clear()
+        x = torch.arange(4.0)
+        out = torch.compile(_compiled_step_no_draw, backend="eager")(x)
+        seen.append((sum(counters["graph_break"].values()), out.tolist(), out.dtype))
+        torch._dynamo.reset()
+    assert seen[1] == seen[0]
+
+
+def _compiled_step_no_draw(x):  # torch 2.1's dynamo cannot run a draw with generator= in a graph (either way)
+    y = x.to("cuda", non_blocking=True) * 2 + torch.zeros(4, device="cuda") + x.to(torch.float16).float()
+    return y + torch.ones(4) + x.to("cuda:1")
+
+
 def _dynamo_traces_frozensets() -> bool:
     import torch._dynamo
 
