@@ -10,10 +10,15 @@
  * path updates what this frame reads: one state, two readers.
  *
  * Built against the limited API of Python 3.8 (one abi3 build for 3.8-3.12),
- * plus two things the 3.8 limited headers do not declare but every CPython
- * since 3.8 has: PyCell_Get (an exported function) and the type flag
- * Py_TPFLAGS_METHOD_DESCRIPTOR (PEP 590: `x.to(...)` calls the wrapper with
- * `x` first, without binding a method object, as for a Python function).
+ * plus what the 3.8 limited headers do not declare but CPython has:
+ * - PyCell_Get (exported by every CPython 3.x; not in python3.dll, so no
+ *   Windows build: the install then goes on without the extension);
+ * - the type flag Py_TPFLAGS_METHOD_DESCRIPTOR (PEP 590, 3.8+: `x.to(...)`
+ *   calls the wrapper with `x` first, binding no method object, as for a
+ *   Python function);
+ * - vectorcall on 3.9+ (detected when the module loads: the
+ *   __vectorcalloffset__ member and the type flag, PyObject_Vectorcall or
+ *   PyObject_VectorcallDict found with dlsym), so a call builds no tuple.
  */
 #define Py_LIMITED_API 0x03080000
 #define PY_SSIZE_T_CLEAN

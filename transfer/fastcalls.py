@@ -6,7 +6,8 @@ instructions on Python 3.8 for the least wrapper there is, 1.11x of torch 2.0's
 `stand_in` returns, for such a wrapper (its *twin*), a ``FastCall`` object
 that answers the calls the twin's hot frame answers, in C:
 
-* ``to`` (Tensor.to, Module.to): the first argument is the last one that named
+* ``to`` (Tensor.to, a vendor's Module.to, ``torch.device`` as a context):
+  the first argument is the last one that named
   no device (``x.to(torch.float16)``, ``t.to(None, dtype, non_blocking)``), or
   is the memo of the last device argument (``x.to('cuda')``, with
   ``non_blocking=`` too);
@@ -26,6 +27,10 @@ it binds as a method (``x.to``), carries ``__name__``, ``__qualname__``,
 ``__module__``, ``__doc__``, ``__wrapped__`` (set by `_calls._finish` and
 `likeness.present`), pickles by reference, is returned by copy/deepcopy, and
 torch.compile traces the twin in its place (patches/dynamo.py).
+
+One abi3 build serves Python 3.8-3.12 (vectorcall on 3.9+, one argument
+tuple per call on 3.8); the C source says which non-limited symbols it uses.
+Instructions per call: README, "Per-call cost on each torch".
 
 Absent (no compiler when installed, or a platform without the build) or
 ``TRANSFER_NO_FASTCALLS=1`` at install: `stand_in` returns the twin itself.
