@@ -100,6 +100,11 @@ def _spellings():
         ("torch.randint(5, (3,), device='cuda')", lambda x: torch.randint(5, (3,), device="cuda")),
         ("torch.randn_like(x)", lambda x: torch.randn_like(x)),
         ("torch.randn(3, device='cuda:5')", lambda x: torch.randn(3, device="cuda:5")),
+        ("torch.cuda.current_device()", lambda x: torch.cuda.current_device()),
+        ("torch.cuda.set_device(1); torch.cuda.current_device()", lambda x: _current_after(1)),
+        ("torch.cuda.current_device(0)", lambda x: torch.cuda.current_device(0)),
+        ("torch.cuda.current_device(device=0)", lambda x: torch.cuda.current_device(device=0)),
+        ("torch.cuda.current_device() in a new thread", lambda x: _current_in_thread()),
         ("m.to(torch.bfloat16)", lambda x: m.to(torch.bfloat16).weight),
         ("m.to('cuda')", lambda x: m.to("cuda").weight),
         ("m.to(torch.device('cuda', 1), torch.float32)", lambda x: m.to(torch.device("cuda", 1), torch.float32).weight),
@@ -109,6 +114,25 @@ def _spellings():
         ("with torch.device('cuda:1'): x.new_ones(2)", lambda x: _under_device("cuda:1", x)),
         ("with torch.device('cuda:6'): ...", lambda x: _under_device("cuda:6")),
     ]
+
+
+def _current_after(index):
+    torch.cuda.set_device(index)
+    try:
+        return torch.cuda.current_device()
+    finally:
+        torch.cuda.set_device(0)
+
+
+def _current_in_thread():
+    """CUDA's current device is per thread: a new thread starts on device 0."""
+    torch.cuda.set_device(1)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(torch.cuda.current_device()))
+    worker.start()
+    worker.join()
+    torch.cuda.set_device(0)
+    return seen
 
 
 def _under_device(device, x=None):
@@ -160,7 +184,7 @@ def test_stand_ins_are_what_the_hot_calls_hold_and_uninstall_restores_torch(both
     natives = {"to": tensor_base.to, "zeros": torch.zeros, "randn": torch.randn, "module_to": torch.nn.Module.to}
     both(True)
     for obj in (torch.Tensor.to, torch.Tensor.new_zeros, torch.zeros, torch.randn, torch.nn.Module.to,
-                torch.nn.Module.to_empty):
+                torch.nn.Module.to_empty, torch.cuda.current_device):
         assert fastcalls.is_fast(obj), obj
     transfer.uninstall()
     assert "to" not in vars(torch.Tensor) or vars(torch.Tensor)["to"] is natives["to"]
@@ -281,7 +305,7 @@ def test_compile_breaks_graphs_where_the_python_wrappers_do_and_computes_the_sam
 
 def _compiled_step_no_draw(x):  # torch 2.1's dynamo cannot run a draw with generator= in a graph (either way)
     y = x.to("cuda", non_blocking=True) * 2 + torch.zeros(4, device="cuda") + x.to(torch.float16).float()
-    return y + torch.ones(4) + x.to("cuda:1")
+    return y + torch.ones(4) + x.to("cuda:1") + torch.cuda.current_device()
 
 
 def _dynamo_traces_frozensets() -> bool:
@@ -300,6 +324,38 @@ def _dynamo_traces_frozensets() -> bool:
     finally:
         torch._dynamo.reset()
     return True
+
+
+CURRENT_DEVICE_FOLDS = """
+import torch
+from transfer import auto as _  # installed before dynamo's first compile, as in a user's script
+from torch._dynamo.utils import counters
+
+def step(x):
+    return x + torch.cuda.current_device()
+
+compiled = torch.compile(step, backend="eager")
+first = compiled(torch.zeros(2)).tolist()
+torch.cuda.set_device(1)
+second = compiled(torch.zeros(2)).tolist()  # a guard on current_device(): recompiled, not stale
+print("RESULT", type(torch.cuda.current_device).__name__, first, second, sum(counters["graph_break"].values()))
+"""
+
+
+@needs_ext
+def test_current_device_folds_to_a_constant_under_compile_as_with_the_python_wrapper():
+    """torch.cuda.current_device() is one of dynamo's constant-folded functions (torch >= 2.2): the C stand-in
+    folds as the Python function did (dynamo is shown the twin beside the stand-in in its folding lists)."""
+    seen = {}
+    for fast in ("0", "1"):
+        proc = run([sys.executable, "-c", CURRENT_DEVICE_FOLDS], cwd=ROOT, check=False,
+                   env=clean_env(PYTHONPATH=ROOT, TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1",
+                                 TRANSFER_NO_FASTCALLS="0" if fast == "1" else "1"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        seen[fast] = proc.stdout.split("RESULT", 1)[1].split()
+    assert seen["1"][0] == "FastCall" and seen["0"][0] == "function"
+    assert seen["0"][1:5] == ["[0.0,", "0.0]", "[1.0,", "1.0]"], seen  # device 0, then 1 after set_device(1)
+    assert seen["1"][1:] == seen["0"][1:], seen  # as many graph breaks: none on torch >= 2.2, one on 2.0-2.1
 
 
 WITHOUT_EXTENSION = """

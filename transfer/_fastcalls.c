@@ -73,7 +73,7 @@ vcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwname
     return result;
 }
 
-enum { K_TO = 0, K_TO_COPY = 1, K_FACTORY = 2, K_DRAWING = 3, K_METHOD = 4, K_LAST = 4 };
+enum { K_TO = 0, K_TO_COPY = 1, K_FACTORY = 2, K_DRAWING = 3, K_METHOD = 4, K_NOARGS = 5, K_LAST = 5 };
 
 typedef struct {
     PyObject_HEAD
@@ -289,6 +289,10 @@ fc_call(PyObject *self, PyObject *args, PyObject *kwargs)
         return call_factory(fc, args, kwargs);
     case K_METHOD:
         return call_method(fc, args, kwargs);
+    case K_NOARGS:  /* a call without arguments: the original (a C getter); anything else: the twin's error */
+        if (PyTuple_Size(args) == 0 && !has_kwargs(kwargs))
+            return PyObject_CallObject(fc->original, NULL);
+        return PyObject_Call(fc->twin, args, kwargs);
     default:
         return call_drawing(fc, args, kwargs);
     }
@@ -477,6 +481,10 @@ fc_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         return vc_factory(fc, args, nargsf, kwnames);
     case K_METHOD:
         return vc_method(fc, args, nargsf, kwnames);
+    case K_NOARGS:
+        if (VC_NARGS(nargsf) == 0 && (kwnames == NULL || PyTuple_Size(kwnames) == 0))
+            return vcall(fc->original, args, nargsf, NULL);
+        return vc_twin(fc, args, nargsf, kwnames);
     default:
         return vc_drawing(fc, args, nargsf, kwnames);
     }
@@ -781,7 +789,8 @@ PyInit__fastcalls(void)
             || PyModule_AddIntConstant(module, "TO_COPY", K_TO_COPY) < 0
             || PyModule_AddIntConstant(module, "FACTORY", K_FACTORY) < 0
             || PyModule_AddIntConstant(module, "DRAWING", K_DRAWING) < 0
-            || PyModule_AddIntConstant(module, "METHOD", K_METHOD) < 0) {
+            || PyModule_AddIntConstant(module, "METHOD", K_METHOD) < 0
+            || PyModule_AddIntConstant(module, "NOARGS", K_NOARGS) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -28,6 +28,8 @@ from .devices import invalid_ordinal, parse_cuda, raise_as_torch
 # copy: a set_device inside a task stays in that task.)
 _current_index = contextvars.ContextVar("transfer_cpu_current_device", default=0)
 _get_index = _current_index.get
+#: The C getter of the current device's index: torch.cuda.current_device's fast path (patches/cuda_namespace.py).
+index_getter = _get_index
 _peak_lock = threading.Lock()
 
 

@@ -16,7 +16,9 @@ that answers the calls the twin's hot frame answers, in C:
 * ``method`` (the cpu target's Module.to): no keyword and no device spec
   first (``model.to(torch.bfloat16)``);
 * ``drawing`` (random factories, cpu target): no keyword (when the twin runs
-  no check before such calls), or ``device=`` alone and the memo's.
+  no check before such calls), or ``device=`` alone and the memo's;
+* ``noargs`` (the cpu target's ``torch.cuda.current_device()``): a call without
+  arguments calls `original` (a C getter) at once.
 
 Every other call goes to the twin unchanged, so translation misses, reports
 and errors stay the twin's. The memos are the twin's own closure cells: its
@@ -49,7 +51,7 @@ except ImportError:  # built without the extension: the Python wrappers
 
 #: The type of the C stand-ins, or None when the extension is absent.
 TYPE: Optional[type] = getattr(_fastcalls, "FastCall", None)
-TO, TO_COPY, FACTORY, DRAWING, METHOD = "to", "to_copy", "factory", "drawing", "method"
+TO, TO_COPY, FACTORY, DRAWING, METHOD, NOARGS = "to", "to_copy", "factory", "drawing", "method", "noargs"
 
 
 def enabled() -> bool:
@@ -89,4 +91,6 @@ def stand_in(kind: str, twin: Callable, original: Callable, cache: Any = None, s
                                current, flag)
     if kind == METHOD:
         return _fastcalls.make(_fastcalls.METHOD, twin, original, None, None, None, spec_types, None, False)
+    if kind == NOARGS:
+        return _fastcalls.make(_fastcalls.NOARGS, twin, original, None, None, None, None, None, False)
     raise ValueError(f"unknown kind {kind!r}")

@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import frames, support
+from .. import fastcalls, frames, support
 from ..errors import UnsupportedCudaAPI
-from ..likeness import alias_class
+from ..likeness import _copy_function, alias_class
 
 # Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
 # works through the torch.amp patches, nvtx is handled below.
@@ -56,6 +56,8 @@ def apply(ctx) -> None:
             impl = _cuda_style_properties(ctx, _translating(ctx, name, original, impl))
         elif impl is not None:
             impl = _translating(ctx, name, original, impl)
+            if name == "current_device" and ctx.cpu is not None:
+                impl = _c_getter(ctx, impl)
             if name in placeholders:
                 impl = _warning(ctx, name, impl, f"torch.cuda.{name} has no real value on the cpu target; "
                                                   "it returns a placeholder")
@@ -111,6 +113,13 @@ def _device_position(original: Any) -> Optional[int]:
     if inspect.isclass(original) and params and params[0] == "self":
         params = params[1:]
     return params.index("device") if "device" in params else None
+
+
+def _c_getter(ctx, current_device: Callable) -> Callable:
+    """The cpu runtime's current_device as a C stand-in (fastcalls.py) over its ContextVar's own getter:
+    ``torch.cuda.current_device()`` costs one C call, not a Python frame (issue 16); any argument goes
+    to (a copy of) the Python function, which raises TypeError as torch's does."""
+    return fastcalls.stand_in(fastcalls.NOARGS, _copy_function(current_device), ctx.runtime.index_getter)
 
 
 def _translating(ctx, name: str, original: Any, impl: Any) -> Any:

@@ -107,6 +107,7 @@ def _same_rules(fast, twin) -> None:
     """Dynamo's table of torch functions, built by name at the first compile, holds whatever
     ``torch.zeros`` was then: the stand-in when transfer was installed. The twin gets its rule
     (a function put in the graph as is, as the Python wrapper was before the C path)."""
+    _same_folding(fast, twin)
     try:
         from torch._dynamo import trace_rules
 
@@ -120,3 +121,26 @@ def _same_rules(fast, twin) -> None:
         return
     if fast in rules and twin not in rules:
         rules[twin] = rules[fast]
+
+
+def _same_folding(fast, twin) -> None:
+    """Dynamo's lists of functions it folds to a constant at trace time (``torch.cuda.current_device``
+    among them, built when dynamo is first imported: the stand-in, where transfer was installed) get the
+    twin beside the stand-in, so the call folds as it did before the C path (no graph break)."""
+    try:
+        from torch._dynamo.variables import torch as torch_variables
+    except ImportError:
+        return
+    for name in ("constant_fold_functions", "constant_fold_functions_need_guards"):
+        folded = getattr(torch_variables, name, None)
+        try:
+            if fast not in folded or twin in folded:
+                continue
+        except TypeError:  # absent on this torch
+            continue
+        if isinstance(folded, dict):
+            folded[twin] = folded[fast]
+        elif isinstance(folded, set):
+            folded.add(twin)
+        elif isinstance(folded, list):
+            folded.append(twin)
