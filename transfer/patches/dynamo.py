@@ -81,6 +81,25 @@ def apply(ctx) -> None:
     ctx.registry.replace_when_imported("dynamo.cudagraph_allocator_check", "torch._inductor.cudagraph_utils", "",
                                        "check_caching_allocator_for_cudagraphs", make_allocator_check)
 
+    target = ctx.profile.name
+
+    def make_triton_check(original):
+        def raise_if_triton_unavailable(device=None):
+            from torch._dynamo.exc import TritonUnavailableError
+
+            raise TritonUnavailableError(f"torch.cuda runs on the {target} target here, not on an NVIDIA GPU: "
+                                         "triton's CUDA backend has no GPU to run on")
+
+        raise_if_triton_unavailable.__wrapped__ = original
+        return staticmethod(raise_if_triton_unavailable)
+
+    # torch 2.14's has_triton() asks each registered device interface; CUDA's answers is_available() True here,
+    # and triton's NVIDIA driver then asserts that libcuda exists, so inductor failed on a CUDA build of torch
+    # without a GPU (the usual laptop). CUDA's interface says what it says natively on such a machine: no triton.
+    # Older torch has no such method (it reads the capability, which triton never reaches): left alone.
+    ctx.registry.replace_when_imported("dynamo.cuda_triton", "torch._dynamo.device_interface", "CudaInterface",
+                                       "raise_if_triton_unavailable", make_triton_check)
+
     if fastcalls.enabled():
         ctx.registry.replace_when_imported("dynamo.fastcalls", "torch._dynamo.variables.builder", "VariableBuilder",
                                            "_wrap", _traced_as_python)
