@@ -79,6 +79,9 @@ def present(owner: Any, attribute: str, original: Any, replacement: Any) -> Any:
         _name(fastcalls.python_of(replacement), path, original, owner)
         _name(replacement, path, original, owner)
         return replacement
+    if isinstance(replacement, staticmethod) and isinstance(replacement.__func__, types.FunctionType):
+        _name(replacement.__func__, path, original, owner)  # read through the class: the function itself
+        return replacement
     if isinstance(replacement, types.FunctionType):
         if resolve(replacement.__module__, replacement.__qualname__) is replacement:
             replacement = _copy_function(replacement)  # the cpu runtime's or a vendor's own function
