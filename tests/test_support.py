@@ -46,6 +46,9 @@ def _runs_the_target(obj, native, depth=4) -> bool:
     """
     if obj is native:
         return True
+    twin = getattr(obj, "__transfer_python__", None)  # a C stand-in (transfer/fastcalls.py) runs its twin's code
+    if twin is not None:
+        return _runs_the_target(twin, native, depth)
     if not callable(native):
         return obj == native  # data (the cpu target's default_generators: one generator per device)
     if inspect.isclass(obj) and inspect.isclass(native) and issubclass(obj, native):
