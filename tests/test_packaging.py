@@ -48,10 +48,14 @@ def test_the_wheel_ships_the_gate_and_the_bootstrap(wheel):
 
 def test_the_wheel_is_one_abi3_build_with_the_c_stand_ins(wheel):
     """transfer._fastcalls uses Python 3.8's limited API: one cp38-abi3 wheel serves 3.8-3.12. It is
-    optional (no compiler: a pure wheel, the Python wrappers), so a pure wheel passes too."""
+    optional (no compiler: a pure wheel, the Python wrappers), so a pure wheel passes too, but only
+    where no C compiler is on PATH: with one (CI) a build that silently fell back would test nothing of it."""
+    import shutil
+
     names = zipfile.ZipFile(wheel).namelist()
     tag = os.path.basename(wheel).split("-", 2)[2]
     if tag.startswith("py3-none-any"):
+        assert not (shutil.which("cc") or shutil.which("gcc")), f"a C compiler is here, yet the wheel is pure: {tag}"
         assert not [n for n in names if "_fastcalls" in n and n.endswith((".so", ".pyd"))]
         return
     assert tag.startswith("cp38-abi3-"), tag
