@@ -24,6 +24,25 @@ NO_STANDINS = (f"torch {torch.__version__} has no PrivateUse1 mechanism (hooks i
                "generate_methods_for_privateuse1_backend), so no vendor plug-in or stand-in exists for it")
 
 
+def dynamo_traces_wrapper_checks() -> bool:
+    """True if dynamo traces what the translation wrappers do (`type(a) in frozenset`, `dict.get`)."""
+    import torch._dynamo
+
+    types, cache = frozenset({str}), {}
+
+    def probe(t):
+        return t + 1 if type("cuda") in types and cache.get("cuda", None) is None else t
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(probe, fullgraph=True, backend="eager")(torch.zeros(1))
+    except Exception:
+        return False
+    finally:
+        torch._dynamo.reset()
+    return True
+
+
 def needs_standins(test):
     """For a test that runs a vendor stand-in: skipped with NO_STANDINS where none can exist (torch 2.0), and
     slow (the stand-ins' C++ extension is built first: a minute or more on a fresh machine)."""

@@ -13,6 +13,8 @@ import torch.nn as nn
 import transfer
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
+from conftest import dynamo_traces_wrapper_checks
+
 TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
 
 
@@ -301,25 +303,6 @@ def test_data_parallel_equals_bare_module(cpu_target):
     assert torch.equal(dp(x.cuda()), expected)
 
 
-def _dynamo_traces_set_membership_and_dict_get() -> bool:
-    """True if dynamo traces what the translation wrappers do (`type(a) in frozenset`, `dict.get`)."""
-    import torch._dynamo
-
-    types, cache = frozenset({str}), {}
-
-    def probe(t):
-        return t + 1 if type("cuda") in types and cache.get("cuda", None) is None else t
-
-    torch._dynamo.reset()
-    try:
-        torch.compile(probe, fullgraph=True, backend="eager")(torch.zeros(1))
-    except Exception:
-        return False
-    finally:
-        torch._dynamo.reset()
-    return True
-
-
 def _step(x):
     y = x.to("cuda", non_blocking=True) * 2 + torch.zeros(4, device="cuda")
     return y.cuda() + torch.ones(4, device=torch.device("cuda", 0))
@@ -337,7 +320,7 @@ def test_torch_compile_fullgraph_with_translated_calls(cpu_target):
     """fullgraph=True raises at the first graph break, naming its reason: no break is allowed."""
     import torch._dynamo
 
-    if not _dynamo_traces_set_membership_and_dict_get():  # torch 2.0's dynamo
+    if not dynamo_traces_wrapper_checks():  # torch 2.0's dynamo
         pytest.skip("this torch's dynamo cannot trace frozenset membership or dict.get, which the translation "
                     "wrappers use: translated calls are graph breaks, so fullgraph=True raises")
     x = torch.arange(4.0)

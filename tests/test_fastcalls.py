@@ -22,7 +22,7 @@ import torch
 import transfer
 from transfer import fastcalls
 
-from conftest import ROOT, VENDORS, clean_env, needs_standins, run
+from conftest import ROOT, VENDORS, clean_env, dynamo_traces_wrapper_checks, needs_standins, run
 
 needs_ext = pytest.mark.skipif(fastcalls.TYPE is None, reason="transfer._fastcalls is not built here "
                                 "(`python setup.py build_ext --inplace`)")
@@ -274,7 +274,7 @@ def test_compile_traces_the_stand_ins_without_graph_breaks(both):
     import torch._dynamo
 
     both(True)
-    if not hasattr(torch._dynamo, "trace_rules") and not _dynamo_traces_frozensets():
+    if not hasattr(torch._dynamo, "trace_rules") and not dynamo_traces_wrapper_checks():
         pytest.skip("this torch's dynamo cannot trace the wrappers' frozenset membership (graph breaks "
                     "with the Python wrappers too: test_cpu_target.py)")
     assert fastcalls.is_fast(torch.zeros)
@@ -306,24 +306,6 @@ def test_compile_breaks_graphs_where_the_python_wrappers_do_and_computes_the_sam
 def _compiled_step_no_draw(x):  # torch 2.1's dynamo cannot run a draw with generator= in a graph (either way)
     y = x.to("cuda", non_blocking=True) * 2 + torch.zeros(4, device="cuda") + x.to(torch.float16).float()
     return y + torch.ones(4) + x.to("cuda:1") + torch.cuda.current_device()
-
-
-def _dynamo_traces_frozensets() -> bool:
-    import torch._dynamo
-
-    types = frozenset({str})
-
-    def probe(t):
-        return t + 1 if type("cuda") in types else t
-
-    torch._dynamo.reset()
-    try:
-        torch.compile(probe, fullgraph=True, backend="eager")(torch.zeros(1))
-    except Exception:
-        return False
-    finally:
-        torch._dynamo.reset()
-    return True
 
 
 CURRENT_DEVICE_FOLDS = """
