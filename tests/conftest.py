@@ -135,6 +135,25 @@ def free_port():
                 return port
 
 
+
+def torchrun_standalone(nproc=2):
+    """Arguments after the interpreter for a one-node ``torchrun --standalone`` job whose rendezvous is its own.
+
+    ``--standalone`` is what users write. torch >= 2.1 gives its store a free port (``localhost:0``); torch 2.0
+    binds ``localhost:29400``, so two such jobs at once (the e2e matrix runs two cells at a time, CI runs the
+    compat suite beside the full suite) share one store: the second agent joins the first's as a client and
+    fails or hangs when that job ends (CI: ``ddp-cpu-env: no exit after 420s`` on torch 2.0.1, every rank
+    done). There the job gets a c10d rendezvous on a private port instead, which is what ``--standalone``
+    means on later torch."""
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 1):
+        rendezvous = ["--standalone"]
+    else:
+        import uuid
+
+        rendezvous = ["--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{free_port()}",
+                      f"--rdzv-id={uuid.uuid4()}"]
+    return ["-m", "torch.distributed.run", *rendezvous, f"--nproc_per_node={nproc}"]
+
 #: What a machine's environment may hold that changes what transfer, torch, a launcher or a stand-in does:
 #: NVIDIA's container images (NCCL_VERSION, CUDA_VERSION, CUDA_HOME, TORCH_CUDA_ARCH_LIST,
 #: NVIDIA_VISIBLE_DEVICES, ...), a job launcher (RANK, MASTER_PORT, TORCHELASTIC_*), a vendor's runtime
@@ -237,12 +256,18 @@ def communicate_bounded(proc, timeout, what):
         pytest.fail(f"{what} hung for {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
 
 
-def kill_group(proc):
-    """SIGKILL the process group led by `proc` (started with start_new_session=True)."""
+def kill_group(proc, sig=signal.SIGKILL):
+    """Send `sig` to the process group led by `proc` (started with start_new_session=True)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def abort_group(proc):
+    """SIGABRT the process group led by `proc`: children with PYTHONFAULTHANDLER set print every thread's
+    stack before they die, so a hang in CI names where each process was (then kill_group what is left)."""
+    kill_group(proc, signal.SIGABRT)
 
 
 def console_script(name):

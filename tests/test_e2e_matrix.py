@@ -74,7 +74,8 @@ import pytest
 import torch
 
 from conftest import (EXAMPLES, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, VISIBLE_DEVICES, clean_env, console_script,
-                      free_port, full_batch_reference, kill_group, no_gpu)
+                      abort_group, free_port, full_batch_reference, kill_group, no_gpu,
+                      torchrun_standalone)
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
@@ -230,7 +231,7 @@ def vendor_site(profile: str, base: str) -> str:
 def environment(cell: Cell, workdir: str, base: str, **extra) -> dict:
     """The cell's environment: nothing of this machine's (clean_env); real GPUs hidden (the cells are
     a machine with the target's devices only) unless the cell sets CUDA_VISIBLE_DEVICES itself."""
-    env = clean_env(PYTHONUNBUFFERED=1, SIM_ACCEL_STATS_DIR=os.path.join(workdir, "stats"),
+    env = clean_env(PYTHONUNBUFFERED=1, PYTHONFAULTHANDLER=1, SIM_ACCEL_STATS_DIR=os.path.join(workdir, "stats"),
                     TRANSFER_REPORT=os.path.join(workdir, "report-{pid}.json"))
     if "CUDA_VISIBLE_DEVICES" not in extra:
         env.update(no_gpu(cell.profile))
@@ -270,9 +271,14 @@ def launch(outcome: Outcome, commands, env, timeout=CELL_TIMEOUT) -> None:
             out, err = proc.communicate(timeout=left)
         except subprocess.TimeoutExpired:
             hung = True
-            for p in procs:
-                kill_group(p)
-            out, err = proc.communicate()
+            for p in procs:  # faulthandler (PYTHONFAULTHANDLER, environment()) prints every thread's stack
+                abort_group(p)
+            try:
+                out, err = proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    kill_group(p)
+                out, err = proc.communicate()
         results.append(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
     outcome.procs = results
     outcome.seconds = time.monotonic() - start
@@ -281,7 +287,7 @@ def launch(outcome: Outcome, commands, env, timeout=CELL_TIMEOUT) -> None:
 
 
 def torchrun(nproc=2):
-    return ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    return torchrun_standalone(nproc)
 
 
 def run_cell(cell: Cell, base: str) -> Outcome:

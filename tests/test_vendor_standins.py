@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import NO_GPU, NO_STANDINS, STANDINS, clean_env
+from conftest import NO_GPU, NO_STANDINS, STANDINS, clean_env, torchrun_standalone
 
 needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 pytestmark = [pytest.mark.standins, pytest.mark.slow]  # nox -s standins runs them on the oldest and newest torch
@@ -113,8 +113,7 @@ def run(args, *, env=None, timeout=RUN_TIMEOUT, expect_rc=0, what=None):
 
 
 def torchrun(script, *script_args, nproc=2, env=None, timeout=RUN_TIMEOUT, expect_rc=0):
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            os.path.join(SCRIPTS, script), *map(str, script_args)]
+    args = [sys.executable, *torchrun_standalone(nproc), os.path.join(SCRIPTS, script), *map(str, script_args)]
     return run(args, env=env, timeout=timeout, expect_rc=expect_rc, what=f"torchrun {script} {script_args}")
 
 

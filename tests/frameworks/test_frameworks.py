@@ -34,7 +34,7 @@ import time
 
 import pytest
 
-from conftest import INSTALLED, clean_env, communicate_bounded, free_port, no_gpu
+from conftest import INSTALLED, clean_env, communicate_bounded, free_port, no_gpu, torchrun_standalone
 
 pytestmark = pytest.mark.slow  # 2-rank jobs of real frameworks: minutes
 
@@ -152,7 +152,7 @@ def script(name):
 
 
 def torchrun(job, name):
-    return job.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+    return job.run([sys.executable, *torchrun_standalone(2),
                     script(name), job.out])
 
 
