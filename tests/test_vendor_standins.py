@@ -16,7 +16,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import NO_GPU, NO_STANDINS, STANDINS, clean_env, torchrun_standalone
+from conftest import NO_GPU, NO_STANDINS, STANDINS, abort_group, clean_env, kill_group, torchrun_standalone
 
 needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 pytestmark = [pytest.mark.standins, pytest.mark.slow]  # nox -s standins runs them on the oldest and newest torch
@@ -79,19 +78,19 @@ def log_of(proc) -> str:
 
 
 def run_child(args, *, env=None, timeout=RUN_TIMEOUT) -> subprocess.CompletedProcess:
-    """subprocess.run(args) in HERE, output captured; on timeout the child gets SIGABRT first, so
-    its faulthandler (PYTHONFAULTHANDLER, child_env) prints every thread's stack into the
-    TimeoutExpired's stderr: a hang in CI names where it hung."""
+    """subprocess.run(args) in HERE, output captured; on timeout the child and its children (its own
+    session: torchrun's workers) get SIGABRT first, so their faulthandler (PYTHONFAULTHANDLER, child_env)
+    prints every thread's stack into the TimeoutExpired's stderr: a hang in CI names where it hung."""
     with subprocess.Popen(args, env=env or child_env(), cwd=HERE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as proc:
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            proc.send_signal(signal.SIGABRT)
+            abort_group(proc)  # torchrun's workers too: they hold the pipes and would outlive their agent
             try:
                 out, err = proc.communicate(timeout=15)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                kill_group(proc)
                 out, err = proc.communicate()
             exc.stdout, exc.stderr = out, err
             raise
