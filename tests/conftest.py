@@ -135,7 +135,6 @@ def free_port():
                 return port
 
 
-
 def torchrun_standalone(nproc=2):
     """Arguments after the interpreter for a one-node ``torchrun --standalone`` job whose rendezvous is its own.
 
@@ -145,7 +144,7 @@ def torchrun_standalone(nproc=2):
     fails or hangs when that job ends (CI: ``ddp-cpu-env: no exit after 420s`` on torch 2.0.1, every rank
     done). There the job gets a c10d rendezvous on a private port instead, which is what ``--standalone``
     means on later torch."""
-    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 1):
+    if torch.__version__ >= (2, 1):  # torch's TorchVersion compares with tuples
         rendezvous = ["--standalone"]
     else:
         import uuid
@@ -153,6 +152,7 @@ def torchrun_standalone(nproc=2):
         rendezvous = ["--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=localhost:{free_port()}",
                       f"--rdzv-id={uuid.uuid4()}"]
     return ["-m", "torch.distributed.run", *rendezvous, f"--nproc_per_node={nproc}"]
+
 
 #: What a machine's environment may hold that changes what transfer, torch, a launcher or a stand-in does:
 #: NVIDIA's container images (NCCL_VERSION, CUDA_VERSION, CUDA_HOME, TORCH_CUDA_ARCH_LIST,
@@ -264,10 +264,19 @@ def kill_group(proc, sig=signal.SIGKILL):
         pass
 
 
-def abort_group(proc):
-    """SIGABRT the process group led by `proc`: children with PYTHONFAULTHANDLER set print every thread's
-    stack before they die, so a hang in CI names where each process was (then kill_group what is left)."""
-    kill_group(proc, signal.SIGABRT)
+def stop_hung(proc, procs=()):
+    """The output of `proc` after it hung, every process group in `procs` (default: `proc`'s) stopped:
+    SIGABRT first, so children with PYTHONFAULTHANDLER set print every thread's stack (a hang in CI names
+    where each process was), then SIGKILL for what is left after 15 s."""
+    procs = procs or (proc,)
+    for p in procs:
+        kill_group(p, signal.SIGABRT)
+    try:
+        return proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            kill_group(p)
+        return proc.communicate()
 
 
 def console_script(name):

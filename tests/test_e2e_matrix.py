@@ -74,8 +74,7 @@ import pytest
 import torch
 
 from conftest import (EXAMPLES, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, VISIBLE_DEVICES, clean_env, console_script,
-                      abort_group, free_port, full_batch_reference, kill_group, no_gpu,
-                      torchrun_standalone)
+                      free_port, full_batch_reference, no_gpu, stop_hung, torchrun_standalone)
 
 BACKENDS = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 SOCKET_IFNAME = {"cpu": "GLOO_SOCKET_IFNAME", "npu": "HCCL_SOCKET_IFNAME", "sdaa": "TCCL_SOCKET_IFNAME",
@@ -271,14 +270,7 @@ def launch(outcome: Outcome, commands, env, timeout=CELL_TIMEOUT) -> None:
             out, err = proc.communicate(timeout=left)
         except subprocess.TimeoutExpired:
             hung = True
-            for p in procs:  # faulthandler (PYTHONFAULTHANDLER, environment()) prints every thread's stack
-                abort_group(p)
-            try:
-                out, err = proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    kill_group(p)
-                out, err = proc.communicate()
+            out, err = stop_hung(proc, procs)  # stacks from faulthandler (PYTHONFAULTHANDLER, environment())
         results.append(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
     outcome.procs = results
     outcome.seconds = time.monotonic() - start
@@ -286,8 +278,7 @@ def launch(outcome: Outcome, commands, env, timeout=CELL_TIMEOUT) -> None:
         pytest.fail(f"{outcome.cell.id}: no exit after {timeout}s (killed)\n{outcome.log()}")
 
 
-def torchrun(nproc=2):
-    return torchrun_standalone(nproc)
+torchrun = torchrun_standalone  # test_apex_e2e launches its cells with it too
 
 
 def run_cell(cell: Cell, base: str) -> Outcome:

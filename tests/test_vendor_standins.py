@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import NO_GPU, NO_STANDINS, STANDINS, abort_group, clean_env, kill_group, torchrun_standalone
+from conftest import NO_GPU, NO_STANDINS, STANDINS, clean_env, stop_hung, torchrun_standalone
 
 needs_standins = pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 pytestmark = [pytest.mark.standins, pytest.mark.slow]  # nox -s standins runs them on the oldest and newest torch
@@ -86,13 +86,8 @@ def run_child(args, *, env=None, timeout=RUN_TIMEOUT) -> subprocess.CompletedPro
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            abort_group(proc)  # torchrun's workers too: they hold the pipes and would outlive their agent
-            try:
-                out, err = proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                out, err = proc.communicate()
-            exc.stdout, exc.stderr = out, err
+            # the whole session: torchrun's workers hold the pipes and would outlive their agent
+            exc.stdout, exc.stderr = stop_hung(proc)
             raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
