@@ -46,6 +46,21 @@ def test_the_wheel_ships_the_gate_and_the_bootstrap(wheel):
     assert gate.count("\n") == 1 and gate.startswith("import ")  # one line, executed by site
 
 
+def test_the_wheel_ships_every_file_of_the_package(wheel):
+    """What the checkout's package holds (modules, data, the C source of transfer._fastcalls) is what users
+    install; build outputs (.so, .pyc) are the wheel's own business."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = []
+    for folder, dirs, files in os.walk(os.path.join(ROOT, "transfer")):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if not name.endswith((".pyc", ".so", ".pyd")):
+                path = os.path.relpath(os.path.join(folder, name), ROOT).replace(os.sep, "/")
+                if path not in names:
+                    missing.append(path)
+    assert not missing, missing
+
+
 def test_the_wheel_is_one_abi3_build_with_the_c_stand_ins(wheel):
     """transfer._fastcalls uses Python 3.8's limited API: one cp38-abi3 wheel serves 3.8-3.12. It is
     optional (no compiler: a pure wheel, the Python wrappers), so a pure wheel passes too, but only
