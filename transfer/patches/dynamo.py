@@ -151,11 +151,8 @@ def _same_folding(fast, twin) -> None:
     except ImportError:
         return
     for name in ("constant_fold_functions", "constant_fold_functions_need_guards"):
-        folded = getattr(torch_variables, name, None)
-        try:
-            if fast not in folded or twin in folded:
-                continue
-        except TypeError:  # absent on this torch
+        folded = getattr(torch_variables, name, None)  # None: absent on this torch
+        if folded is None or fast not in folded or twin in folded:
             continue
         if isinstance(folded, dict):
             folded[twin] = folded[fast]
