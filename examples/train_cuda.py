@@ -45,7 +45,7 @@ def main():
     parser.add_argument("--workdir", default="./cuda_runs")
     parser.add_argument("--amp", action="store_true", default=True)
     args = parser.parse_args()
-
+    t0 = time.time()
     assert torch.cuda.is_available(), "this script needs a GPU"
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.deterministic = False
@@ -102,7 +102,7 @@ def main():
     print(f"checkpoint {path} reloaded; outputs identical: {same}")
     if not same:
         raise SystemExit("checkpoint round trip changed the model")
-    t0 = time.time()
+
     print(f"done in {time.time() - t0:.2f}s")
 
 

@@ -1,6 +1,7 @@
 """The three ways in, each in a fresh interpreter, and the bad inputs."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -16,6 +17,10 @@ PROBE = "import torch; print('cuda', torch.cuda.is_available(), torch.ones(1).cu
 def assert_trained(proc):
     assert "outputs identical: True" in proc.stdout, proc.stdout + proc.stderr
     assert "epoch 0: loss" in proc.stdout
+    # The closing "done in X s" covers the whole run, so at least the epochs it timed (issue 24: it said 0.00s).
+    epochs_ms = [float(ms) for ms in re.findall(r"^epoch \d+: .* time ([\d.]+) ms", proc.stdout, re.MULTILINE)]
+    (total,) = re.findall(r"^done in ([\d.]+)s$", proc.stdout, re.MULTILINE)
+    assert epochs_ms and float(total) >= sum(epochs_ms) / 1000 > 0, proc.stdout
 
 
 @pytest.mark.slow
