@@ -156,8 +156,11 @@ class SimProcessGroup(dist.ProcessGroup):
         getattr(self._gloo, name)(*args).wait()
         self._gloo_args = args
 
-    def __del__(self):
-        _PARKED[:] = [self.__dict__.pop("_gloo_args", None)]
+    def __del__(self, _parked=_PARKED):
+        # The list is bound here, not looked up: a group freed while Python clears the modules at exit (one
+        # kept past destroy_process_group by a module imported before this one) finds this module's globals
+        # already None, and the lookup printed "Exception ignored in ... __del__" (the real plug-ins are quiet).
+        _parked[:] = [self.__dict__.pop("_gloo_args", None)]
 
     def getBackendName(self) -> str:
         return self._spec.backend

@@ -112,15 +112,32 @@ Tensor unfold(const Tensor& self, int64_t dimension, int64_t size, int64_t step)
   return at::native::unfold(self, dimension, size, step);
 }
 
+// A CPU alias of `t` (alias_cpu) with t's lazy conjugate and negative bits, which say how its memory is read.
+Tensor alias_cpu_with_math_bits(const Tensor& t) {
+  Tensor cpu = alias_cpu(t);
+  if (!t.defined() || !t.device().is_privateuseone()) {
+    return cpu;
+  }
+  if (t.is_conj()) {
+    cpu = cpu.conj();
+  }
+  if (t.is_neg()) {
+    cpu = cpu._neg_view();
+  }
+  return cpu;
+}
+
 // Copies between host memory views; at::native::copy_ on CPU tensors handles
-// dtype conversion, broadcasting and arbitrary strides.
+// dtype conversion, broadcasting, arbitrary strides and the conjugate/negative
+// bits (the Conjugate and Negative keys pass _copy_from through to here: see
+// the registrations at the end).
 Tensor copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy of an undefined tensor");
   if (dst.numel() == 0) {
     return dst;
   }
-  Tensor dst_cpu = alias_cpu(dst);
-  Tensor src_cpu = alias_cpu(self);
+  Tensor dst_cpu = alias_cpu_with_math_bits(dst);
+  Tensor src_cpu = alias_cpu_with_math_bits(self);
   at::native::copy_(dst_cpu, src_cpu, false);
   return dst;
 }
@@ -603,6 +620,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Ops whose CompositeExplicitAutogradNonFunctional kernel would win over
   // the fallback and call the CPU out= kernel with a wrongly shaped output.
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&sim_accel::fallback>());
+}
+
+// copy_ of a lazily conjugated (or negated) tensor re-dispatches, on a device torch's copy_ does not know, to
+// _copy_from, which has no fallthrough for these keys: their fallback would resolve the bit with clone, whose
+// copy_ calls _copy_from again, until the stack overflows (torch.fft.hfft conjugates its input lazily).
+// copy_from reads the bits itself, as copy_ does for CPU tensors.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
