@@ -60,6 +60,92 @@ def test_scan_names_the_row_of_each_device_taking_call():
         (6, "device='cuda'"), (7, "DataLoader(pin_memory=True)")]
 
 
+CUDA_METHODS = """import torch
+import torch.nn as nn
+from torch import nn as tnn
+
+
+class MLP(nn.Module):
+    pass
+
+
+class Deeper(MLP):
+    pass
+
+
+class Plain:
+    pass
+
+
+model = MLP().cuda()
+deeper = Deeper().cuda()
+loss = tnn.CrossEntropyLoss().cuda()
+x = torch.randn(2, 4).cuda()
+other = Plain().cuda()
+y = x.cuda()
+weight = nn.Parameter(torch.zeros(2)).cuda()
+"""
+
+
+def test_scan_labels_cuda_by_what_the_receiver_is_known_to_be():
+    """Issue 24: `MLP().cuda()` (a Module) was labelled Tensor.cuda. A module built right there (a torch.nn class,
+    or a class of the file that subclasses one) is Module.cuda, a torch factory's result Tensor.cuda, and a
+    receiver whose type only running the code shows (a name, another class) `.cuda()`; port rewrites all three."""
+    from transfer.migrate import port, scan
+
+    found = [(f.line, f.api) for f in scan.scan_source(CUDA_METHODS)]
+    assert found == [(18, "Module.cuda"), (19, "Module.cuda"), (20, "Module.cuda"), (21, "Tensor.cuda"),
+                     (22, ".cuda()"), (23, ".cuda()"), (24, ".cuda()")]
+    ported = port.port_source(CUDA_METHODS, "npu")
+    assert ported.text.count(".npu()") == 7 and ".cuda(" not in ported.text
+    assert [c.operation for c in ported.changes].count("MODIFY") == 7
+
+
+def test_port_lists_what_it_leaves_with_line_reason_and_native_spelling(tmp_path):
+    """Issue 24: `port --diff` said "1 left for a person" and no more, and the CSV explained transfer's placeholder
+    for get_device_capability, not what code running without transfer should use. Every use left for a person is
+    listed under the summary (file:line, why, what to write natively), with --diff and without."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n\nmodel = torch.nn.Linear(2, 2).cuda()\nmajor, minor = "
+                      "torch.cuda.get_device_capability()\nuse_bf16 = major >= 8\nprint(torch.cuda.utilization())\n")
+    diff = cli("port", str(script), "--device", "npu", "--diff")
+    assert "+model = torch.nn.Linear(2, 2).npu()" in diff.stdout
+    listed = [line.strip() for line in diff.stderr.splitlines() if line.startswith("  ")]
+    assert len(listed) == 2 and "2 left for a person" in diff.stderr, diff.stderr
+    capability, utilization = listed
+    assert capability.startswith(f"{script}:4: torch.cuda.get_device_capability is kept and fails without "
+                                 "transfer"), capability
+    assert "`(8, 0) if torch.npu.is_bf16_supported() else (7, 0)`" in capability
+    assert "torch.npu.get_device_capability() returns None" in capability  # why not the vendor's own
+    assert utilization.startswith(f"{script}:6: torch.cuda.utilization: unsupported on npu") and \
+        "remove it" in utilization
+    out = cli("port", str(script), "--device", "gcu", "--out", str(tmp_path / "gcu"))
+    with open(tmp_path / "gcu" / "unsupported_api.csv") as fh:
+        rows = list(csv.reader(fh))[1:]
+    assert [(r[1], r[3]) for r in rows] == [("4", "torch.cuda.get_device_capability"), ("6", "torch.cuda.utilization")]
+    assert "`(8, 0) if torch.gcu.is_bf16_supported() else (7, 0)`" in rows[0][4] and "Enflame's numbering" in rows[0][4]
+    assert [line.strip() for line in out.stderr.splitlines() if line.startswith("  ")] == \
+        [f"{r[0]}:{r[1]}: " + r[4] if r[4].startswith(r[3]) else f"{r[0]}:{r[1]}: {r[3]}: {r[4]}" for r in rows]
+
+
+@needs_standins
+def test_the_native_spelling_port_suggests_runs_where_the_kept_call_fails(tmp_path):
+    """What port suggests for get_device_capability runs on the vendor without transfer; the call it keeps
+    does not (the npu stand-in, no GPU, no transfer)."""
+    from transfer import support
+
+    suggested = re.search(r"`([^`]+)`", support.native_spelling("npu", "torch.cuda.get_device_capability")).group(1)
+    code = (f"import torch, torch_npu\nprint('suggested', {suggested})\n"
+            "try:\n    torch.cuda.get_device_capability()\nexcept Exception as exc:\n    print('kept fails', "
+            "type(exc).__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(PYTHONPATH=_site(tmp_path, "npu"),
+                                                                      **no_gpu("npu")),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^suggested \((8|7), 0\)$", proc.stdout, re.MULTILINE), proc.stdout + proc.stderr
+    assert "kept fails" in proc.stdout, proc.stdout
+
+
 def test_scan_tree_gbk_and_unparsable_files():
     from transfer.migrate import report
 
@@ -67,7 +153,7 @@ def test_scan_tree_gbk_and_unparsable_files():
     assert [f["file"] for f in result.failed] == [os.path.join(FIXTURES, "tree", "broken.py")]
     apis = {(os.path.basename(f.file), f.api) for f in result.findings}
     assert ("gbk_declared.py", "torch.cuda.synchronize") in apis  # declared coding: gbk
-    assert ("gbk_undeclared.py", "Tensor.cuda") in apis  # undeclared, not UTF-8: read as GB18030
+    assert ("gbk_undeclared.py", "Module.cuda") in apis  # undeclared, not UTF-8: read as GB18030
     assert {("unsupported.py", a) for a in ("apex.*", "torch.nn.DataParallel", "Tensor.is_cuda",
                                             "torch.utils.cpp_extension.CUDAExtension")} <= apis
 

@@ -99,6 +99,8 @@ def _port(args) -> int:
     if outcome.launcher:
         where += f"; launch: {outcome.launcher}"
     print(outcome.summary() + where, file=sys.stderr)
+    for line in outcome.left():
+        print(f"  {line}", file=sys.stderr)
     return 1 if outcome.failed else 0
 
 

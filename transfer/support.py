@@ -162,6 +162,38 @@ def capability_notice(profile: str, value: tuple) -> str:
             f"({'bf16 supported' if value >= CAPABILITY_BF16 else 'no bf16'}){choose}")
 
 
+#: Why a vendor's own get_device_capability is no native spelling of CUDA's (`native_spelling`).
+_OWN_CAPABILITY = {
+    "npu": "torch_npu's own torch.npu.get_device_capability() returns None unless TORCH_NPU_DEVICE_CAPABILITY "
+           "is set",
+    "sdaa": "torch_sdaa has no get_device_capability",
+    "gcu": "torch_gcu's own torch.gcu.get_device_capability() is Enflame's numbering (3.0), not CUDA's",
+}
+
+
+def native_spelling(profile: str, api: str) -> str:
+    """What code ported to `profile` (running without transfer) writes instead of ``torch.cuda.<name>`` where
+    the target's module has no such function: `transfer port` leaves the call for a person with this advice.
+    The first backquoted text is code that runs natively on the target."""
+    p = PROFILES[profile]
+    name = api[len("torch.cuda."):]
+    dev, pkg = p.device_type, p.package or "torch"
+    if name == "get_device_capability":
+        own = _OWN_CAPABILITY.get(profile, f"{pkg} has no CUDA compute capability")
+        return (f"write `(8, 0) if torch.{dev}.is_bf16_supported() else (7, 0)` (what transfer answers), or test "
+                f"`torch.{dev}.is_bf16_supported()` where the capability only picks bf16 ({own})")
+    verdict = lookup(profile, api)
+    if verdict.cls == UNSUPPORTED:
+        return verdict.reason
+    if name in GRAPH_NAMES:
+        return f"run the captured code eagerly: {pkg} has no graph API (transfer replays it op by op)"
+    if verdict.cls == NOOP or verdict.to in ("", "None"):
+        return f"remove it: {pkg} has no torch.{dev}.{name} (transfer skips it)"
+    if verdict.cls == PLACEHOLDER:
+        return f"write `{verdict.to}` in its place: {pkg} has no torch.{dev}.{name} ({verdict.to} is what transfer answers)"
+    return f"{pkg} has no torch.{dev}.{name}: rewrite it by hand (transfer provides {verdict.to} at run time)"
+
+
 #: CUDA graph names (patches/graphs.py): the vendor's graph API where it has one
 #: (torch_npu's NPUGraph family, read in the 2.13.0 wheel's torch_npu/npu/graphs.py),
 #: else transfer's op-by-op replay (transfer/graph_replay.py).
@@ -240,6 +272,12 @@ OTHER_APIS: Tuple[_Row, ...] = (
      {"cpu": (TRANSLATED, "Tensor.to('cpu', copy=True)", "a copy, as CUDA copies host memory to the device "
                                                           "(also for a tensor already 'on CUDA', where CUDA returns it)")}),
     ("Module.cuda", TRANSLATED, "Module.to('{dev}')", "Module.cuda calls Tensor.cuda for each parameter", {}),
+    (".cuda()", TRANSLATED, ".to('{dev}')",
+     "Tensor.cuda or Module.cuda, whichever the receiver is (a static scan cannot tell): moves to the target "
+     "device; the index is kept",
+     {"cpu": (TRANSLATED, ".to('cpu')", "Tensor.cuda or Module.cuda, whichever the receiver is (a static scan "
+                                        "cannot tell): a tensor is copied, as CUDA copies host memory to the device; "
+                                        "a module's parameters stay the same objects")}),
     ("Tensor.is_cuda", TRANSLATED, "Tensor.is_{dev}", "True on the target device", {}),
     ("Tensor.to", TRANSLATED, "Tensor.to('{dev}')", "a 'cuda' device argument is translated exactly",
      {"cpu": (TRANSLATED, "Tensor.to('cpu', copy=True)", "a 'cuda' device argument is translated exactly; the "

@@ -297,8 +297,11 @@ class _Porter:
                 edits = [(cuda_start, end, f"{self.dev}.{new}")]
                 expect = [f"cuda.{cname}"]
             self.cand(node, api, edits, f"torch.cuda.{cname} -> torch.{self.dev}.{new}", expect=expect)
-        else:
+        elif verdict.cls == support.UNSUPPORTED:
             self.cand(node, api, why=f"torch.cuda.{cname}: {verdict.cls} on {self.profile.name}: {verdict.reason}")
+        else:  # transfer answers it at run time; the ported code runs without transfer, where torch.cuda fails
+            self.cand(node, api, why=f"torch.cuda.{cname} is kept and fails without transfer (no CUDA device on "
+                                     f"{self.dev}): {support.native_spelling(self.profile.name, api)}")
 
     @staticmethod
     def _member(node: ast.Attribute, inner: ast.Attribute) -> ast.Attribute:
@@ -323,9 +326,12 @@ class _Porter:
 
     def port_cuda_method(self, call: ast.Call) -> None:
         func = call.func
+        api = next((a for a in scan.CUDA_METHOD_ROWS if self.finding(func, a) is not None), None)
+        if api is None:
+            return
         if call.args and isinstance(call.args[0], ast.Starred) or any(k.arg is None for k in call.keywords) \
                 or len(call.args) > 1:
-            self.cand(func, "Tensor.cuda", why=".cuda(...) with these arguments: rewrite it as .to(...) by hand")
+            self.cand(func, api, why=".cuda(...) with these arguments: rewrite it as .to(...) by hand")
             return
         device = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
         if device is None or isinstance(device, ast.Constant) and isinstance(device.value, int):
@@ -334,7 +340,7 @@ class _Porter:
             method = "to"  # torch_npu's Module.npu takes an index only; .to takes a device or an index
         else:
             method = self.dev
-        self.cand(func, "Tensor.cuda", [self.token_edit(func, method)], expect=["cuda"], message=
+        self.cand(func, api, [self.token_edit(func, method)], expect=["cuda"], message=
                   f".cuda(...) -> .{method}(...)" + (" (a device, not an index)" if method == "to" else ""))
 
     # ---------------------------------------------------------------- aliases of torch.cuda

@@ -34,6 +34,15 @@ _DEVICE_CALL_ROWS = {
     "torch.set_default_device": "torch.set_default_device('cuda')",
 }
 _DATALOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+#: The rows of ``x.cuda(...)``, by what scan knows of ``x`` (`_Scanner._cuda_method`).
+CUDA_METHOD_ROWS = ("Module.cuda", "Tensor.cuda", ".cuda()")
+#: torch.nn classes that are Tensors, not Modules.
+_NN_TENSORS = frozenset({"Parameter", "UninitializedParameter", "Buffer", "UninitializedBuffer"})
+#: torch functions that return a new Tensor (a `.cuda()` on their result is Tensor.cuda).
+_TENSOR_FACTORIES = frozenset({
+    "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+    "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
+    "randn_like", "randint_like", "cat", "stack"})
 
 
 class Finding(NamedTuple):
@@ -91,8 +100,10 @@ class _Scanner:
     """One pass over the tree: links every node to its parent (``_parent``, which port reads too) and
     reports what the handlers find. A handler answers None (look at the children), _QUIET or _DONE."""
 
-    def __init__(self, path: str, lines: List[str], imports: names.Imports):
+    def __init__(self, path: str, lines: List[str], imports: names.Imports, tree: Optional[ast.AST] = None):
         self.path = path
+        self.tree = tree
+        self._module_classes: Optional[frozenset] = None
         self.lines = lines
         self.imports = imports
         self.findings: List[Finding] = []
@@ -183,8 +194,53 @@ class _Scanner:
         if qualified in _CPP_LOADERS and loads_cuda_sources(node):
             self.add(node, "torch.utils.cpp_extension.load")
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and qualified is None:
-            self.add(func, "Tensor.cuda")
+            self.add(func, self._cuda_method(func.value))
         return None
+
+    def _cuda_method(self, receiver: ast.AST) -> str:
+        """The row of ``<receiver>.cuda(...)``: "Module.cuda" where the receiver is built right there by a
+        torch.nn class or by a class of this file that subclasses one, "Tensor.cuda" where a torch factory
+        builds it, else ".cuda()" (a name or an attribute: its type is not known without running the code)."""
+        if not isinstance(receiver, ast.Call):
+            return ".cuda()"
+        qualified = self.qualified(receiver.func)
+        if qualified is not None:
+            if _is_nn_module_class(qualified):
+                return "Module.cuda"
+            if qualified.startswith("torch.") and qualified.count(".") == 1 \
+                    and qualified[len("torch."):] in _TENSOR_FACTORIES:
+                return "Tensor.cuda"
+            return ".cuda()"
+        if isinstance(receiver.func, ast.Name) and receiver.func.id in self.module_classes():
+            return "Module.cuda"
+        return ".cuda()"
+
+    def module_classes(self) -> frozenset:
+        """Names that this file binds only by class statements, each a subclass of a torch.nn module class
+        (directly, or through another such class of this file)."""
+        if self._module_classes is None:
+            classes: Dict[str, List[ast.ClassDef]] = {}
+            other = set(self.imports.table)
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.ClassDef):
+                    classes.setdefault(node.name, []).append(node)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    other.add(node.name)
+                elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    other.add(node.id)
+            found: set = set()
+            changed = True
+            while changed:
+                changed = False
+                for name, defs in classes.items():
+                    if name in found or name in other:
+                        continue
+                    if all(any(isinstance(b, ast.Name) and b.id in found
+                               or _is_nn_module_class(self.qualified(b) or "") for b in d.bases) for d in defs):
+                        found.add(name)
+                        changed = True
+            self._module_classes = frozenset(found)
+        return self._module_classes
 
     # ---------------------------------------------------------------- strings
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -221,6 +277,15 @@ class _Scanner:
         return "device='cuda'"
 
 
+def _is_nn_module_class(qualified: str) -> bool:
+    """`qualified` names a torch.nn Module class (``torch.nn.Linear``, ``torch.nn.Module``,
+    ``torch.nn.parallel.DistributedDataParallel``), not a function or a Parameter."""
+    if not qualified.startswith("torch.nn."):
+        return False
+    last = qualified.rsplit(".", 1)[1]
+    return last[:1].isupper() and last not in _NN_TENSORS
+
+
 def parse(text: str, path: str = "<string>") -> ast.Module:
     """The module's tree (scan and port share one parse; `scan_tree` links parents). Raises SyntaxError."""
     return ast.parse(text, filename=path)
@@ -228,7 +293,7 @@ def parse(text: str, path: str = "<string>") -> ast.Module:
 
 def scan_tree(tree: ast.Module, text: str, path: str, imports: Optional[names.Imports] = None) -> List[Finding]:
     """Findings in a parsed source (`parse`), in source order; every node gets its ``_parent``."""
-    scanner = _Scanner(path, text.splitlines(), imports or names.Imports(tree))
+    scanner = _Scanner(path, text.splitlines(), imports or names.Imports(tree), tree)
     scanner.walk(tree, None)
     tree._nodes = scanner.nodes  # type: ignore[attr-defined]
     return sorted(scanner.findings, key=lambda f: (f.line, f.col))

@@ -54,6 +54,12 @@ class Outcome(NamedTuple):
             text += f"; {self.unsafe_skipped} more with --unsafe"
         return text
 
+    def left(self) -> List[str]:
+        """One line per use left for a person, ``file:line: API: why and what to write instead`` (the rows
+        of unsupported_api.csv), for the terminal: port prints them under its summary, --diff too."""
+        return [f"{file}:{start}: " + (message if message.startswith(api) else f"{api}: {message}")
+                for file, start, _, api, message in self.unsupported]
+
 
 class _Task(NamedTuple):
     root: str
