@@ -6,6 +6,10 @@ rank, rank 0 writes a checkpoint that every rank reloads onto its own GPU, and
 small Python objects travel with the object collectives.
 
 Run: python spawn_ddp.py --workdir ./runs     (uses every visible GPU)
+
+Needs NumPy beside torch (pip install numpy): torch's object collectives
+(broadcast_object_list, all_gather_object) use it, and pip's torch does not
+install it ("RuntimeError: Numpy is not available" without it).
 """
 import argparse
 import hashlib

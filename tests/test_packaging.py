@@ -223,3 +223,35 @@ def test_pip_install_then_transfer_port_in_a_fresh_venv(tmp_path, wheel):
     ported = (out / "train_cuda.py").read_text()
     assert "import torch_npu" in ported and '.to("npu"' in ported
     assert sorted(p.name for p in out.glob("*.py")) == sorted(n for n in os.listdir(EXAMPLES) if n.endswith(".py"))
+
+
+_OBJECTS_WITHOUT_NUMPY = r"""
+import os, sys
+sys.modules["numpy"] = None  # pip's torch, which does not install NumPy
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+gathered = [None]
+dist.all_gather_object(gathered, {"lr": 0.05})  # what spawn_ddp.py's ranks do, and broadcast_object_list's receivers
+print("gathered", gathered)
+"""
+
+
+@pytest.mark.slow
+def test_numpy_is_torchs_own_need_and_the_quick_start_says_to_install_it(tmp_path):
+    """Issue 24, item 5: the README's environment had no NumPy and examples/spawn_ddp.py failed in
+    broadcast_object_list with "Numpy is not available". That is torch's own need, without transfer (a receiving
+    rank calls tensor.numpy(): all_gather_object in one process shows it), and transfer runs without NumPy: it
+    stays out of the dependencies (it would put NumPy 2 beside a torch < 2.3), and the quick start and the
+    example say to install it."""
+    script = tmp_path / "objects.py"
+    script.write_text(_OBJECTS_WITHOUT_NUMPY)
+    native = python(str(script), str(tmp_path / "store"), env=clean_env(), check=False, timeout=120)
+    assert native.returncode != 0 and "RuntimeError: Numpy is not available" in native.stderr, native.stderr
+    shim = python("-c", "import sys; sys.modules['numpy'] = None\n" + PROBE, env=clean_env(TRANSFER_DEVICE="cpu"))
+    assert "cuda True cpu" in shim.stdout  # transfer itself does not need it
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "`pip install numpy`" in quick_start and "Numpy is not available" in quick_start
+    assert "pip install numpy" in open(os.path.join(EXAMPLES, "spawn_ddp.py")).read().split('"""')[1]
+    requires = re.search(r"install_requires =\n((?:    .*\n)+)", open(os.path.join(ROOT, "setup.cfg")).read())
+    assert "numpy" not in requires.group(1)
