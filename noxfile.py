@@ -1,6 +1,7 @@
 """Test sessions: the wheel users install, on the torch versions they have.
 
-    nox -s fast                  the fast tier (pytest -m "not slow"): the edit loop, under 3 minutes
+    nox -s fast                  the fast tier (pytest -m "not slow"): the edit loop, about 3 minutes of
+                                 pytest on a quiet 2-core machine (+ the first run's environment)
     nox -s tests                 the full suite on the default torch (2.13.0, Python 3.11)
     nox -s nvidia_env            the fast tier inside NVIDIA's container variables (NCCL_VERSION,
                                  CUDA_VISIBLE_DEVICES=0, CUDA_HOME, ...): no test may depend on them
