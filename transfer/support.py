@@ -190,7 +190,8 @@ def native_spelling(profile: str, api: str) -> str:
     if verdict.cls == NOOP or verdict.to in ("", "None"):
         return f"remove it: {pkg} has no torch.{dev}.{name} (transfer skips it)"
     if verdict.cls == PLACEHOLDER:
-        return f"write `{verdict.to}` in its place: {pkg} has no torch.{dev}.{name} ({verdict.to} is what transfer answers)"
+        return (f"write `{verdict.to}` in its place: {pkg} has no torch.{dev}.{name} ({verdict.to} is what transfer "
+                "answers)")
     return f"{pkg} has no torch.{dev}.{name}: rewrite it by hand (transfer provides {verdict.to} at run time)"
 
 
