@@ -128,6 +128,7 @@ def test_port_lists_what_it_leaves_with_line_reason_and_native_spelling(tmp_path
         [f"{r[0]}:{r[1]}: " + r[4] if r[4].startswith(r[3]) else f"{r[0]}:{r[1]}: {r[3]}: {r[4]}" for r in rows]
 
 
+@pytest.mark.slow
 @needs_standins
 def test_the_native_spelling_port_suggests_runs_where_the_kept_call_fails(tmp_path):
     """What port suggests for get_device_capability runs on the vendor without transfer; the call it keeps
