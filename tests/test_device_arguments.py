@@ -122,3 +122,22 @@ def test_vendor_targets_int_devices_and_cuda_device_objects(vendor):
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [f"{vendor}:0", f"{vendor}:1", "1", "0"], proc.stdout
+
+
+def test_a_cuda_device_mesh_is_the_cpu_targets_and_uninstall_restores_it(install_cpu):
+    """DeviceMesh('cuda') / init_device_mesh('cuda'): the mesh FSDP2 and DTensor place shards by is the
+    target's (torch's CPU mesh here); other device types are left alone; uninstall gives torch's back.
+    (The 2-rank jobs: tests/frameworks/test_engines_fsdp.py.)"""
+    import transfer
+    from torch.distributed.device_mesh import DeviceMesh
+
+    transfer.uninstall()
+    native = DeviceMesh.__init__
+    install_cpu()
+    assert DeviceMesh.__init__ is not native
+    assert DeviceMesh("cuda", [0], _init_backend=False).device_type == "cpu"
+    assert DeviceMesh(device_type="cuda", mesh=[0], _init_backend=False).device_type == "cpu"
+    assert DeviceMesh("meta", [0], _init_backend=False).device_type == "meta"
+    transfer.uninstall()
+    assert DeviceMesh.__init__ is native
+    assert DeviceMesh("cuda", [0], _init_backend=False).device_type == "cuda"

@@ -27,9 +27,9 @@ import time
 
 import pytest
 
-from conftest import STANDINS, clean_env, communicate_bounded, no_gpu, torchrun_standalone
+from conftest import STANDINS, clean_env, communicate_bounded, free_port, no_gpu, torchrun_standalone
 
-from test_frameworks import BACKEND, TIMEOUT, Job, script, torchrun
+from test_frameworks import BACKEND, TIMEOUT, Job, _require, job_out, script, torchrun
 
 pytestmark = pytest.mark.slow  # 2-rank jobs: ~30 s each on 2 cores
 
@@ -125,3 +125,35 @@ def test_fsdp2_dtensor_fsdp1_and_dcp_across_world_sizes_and_targets(target, tmp_
     assert loaded["checksum_before"] != loaded["checksum"], loaded  # the load changed the parameters
     expected = results[0]["full_checksum"]
     assert abs(loaded["checksum"] - expected) <= 1e-9 * max(1.0, abs(expected)), (loaded, expected)
+
+
+#: accelerate's own choice of device per target (its native vendor path where it has one).
+ACCELERATE_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_accelerate_launch_with_its_fsdp_plugin(target, tmp_path):
+    """`accelerate launch --config_file` with `distributed_type: FSDP` (fsdp_version 2, bf16, sharded state
+    dict), the config `accelerate config` writes for GPUs. accelerate builds FSDP2's mesh itself (from
+    torch's accelerator); it ran on the cpu target before the device_mesh patch too, so this job guards
+    the path rather than a fix. Without transfer on a machine without a GPU, accelerate falls back to
+    DistributedType.NO (no sharding), so there is no CPU reference run to compare with."""
+    _require("accelerate")
+    job = Job(target, tmp_path).run([
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", script("accelerate_fsdp_config.yaml"),
+        "--main_process_port", str(free_port()), script("accelerate_fsdp_train.py"), job_out(tmp_path)])
+    assert job.proc.returncode == 0, job.log()
+    results = job.results()
+    assert sorted(results) == [0, 1], f"result files of ranks {sorted(results)}\n{job.log()}"
+    for rank, r in results.items():
+        mine = device_of(target, rank)
+        assert r["finished"] and r["world_size"] == 2 and r["backend"] == BACKEND[target], r
+        assert r["distributed_type"] == "DistributedType.FSDP" and r["mixed_precision"] == "bf16", r
+        assert r["device"] == f"{ACCELERATE_DEVICE[target]}:{rank}", r
+        assert r["param_devices"] == [mine] and r["local_devices"] == [mine], r
+        assert r["local_numel"] == [n // 2 for n in r["total_numel"]], r
+        assert r["accuracy"] >= 0.9, f"rank {rank} did not learn: {r}"
+    assert results[0]["full_checksum"] is not None and results[1]["full_checksum"] is None, results
+    if target != "cpu":
+        for s in (s for s in job.stats() if s["device_indices"]):
+            assert s["collectives"].get("all_gather_single", 0) > 0, s

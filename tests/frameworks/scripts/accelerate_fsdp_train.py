@@ -24,9 +24,8 @@ def main(out_dir):
     loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
     model = nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, CLASSES))
     totals = [p.numel() for p in model.parameters()]
-    model = accelerator.prepare(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    optimizer, loader = accelerator.prepare(optimizer, loader)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     model.train()
     for epoch in range(3):
         for inputs, labels in loader:
