@@ -49,7 +49,10 @@ def apply(ctx) -> None:
     def patch(module):
         mesh = getattr(module, "DeviceMesh", None)
         if mesh is None or not isinstance(vars(mesh).get("__init__"), type(apply)):
-            return  # torch < 2.2, or distributed built without it (a stub)
-        ctx.registry.wrap("device_mesh.init", mesh, "__init__", init)
+            return  # distributed built without it (a stub)
+        if ctx.registry.record_for(mesh, "__init__") is None:  # 2.2+: the class is in both modules
+            ctx.registry.wrap("device_mesh.init", mesh, "__init__", init)
 
-    ctx.registry.when_imported("device_mesh.init", "torch.distributed.device_mesh", patch)
+    # torch 2.2+: torch.distributed.device_mesh; 2.1: torch.distributed._tensor.device_mesh
+    for module in ("torch.distributed.device_mesh", "torch.distributed._tensor.device_mesh"):
+        ctx.registry.when_imported("device_mesh.init", module, patch)
