@@ -34,7 +34,7 @@ def apply(ctx) -> None:
     record = ctx.target.translator("DeviceMesh(device_type)")
 
     def translate(device_type):
-        if isinstance(device_type, str) and device_type.strip().lower() == "cuda":
+        if device_type == "cuda":  # exactly: torch refuses "CUDA" and "cuda:0" here, and still does
             record("cuda")  # counted in the report, as every translated device
             return target_type
         return device_type
