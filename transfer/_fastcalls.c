@@ -719,9 +719,102 @@ make(PyObject *module, PyObject *args)
     return (PyObject *)fc;
 }
 
+/* torch.device(N) on the cpu target (patches/accelerator.py). torch >= 2.6 resolves an int device to
+ * "the accelerator" (at::getAccelerator(true)), which a CPU-only build of torch does not have: it
+ * raises "Cannot access accelerator device when none is available", where a CUDA build answers
+ * cuda:N. torch.device is a static C type whose __new__ cannot be set from Python, so its tp_new
+ * slot is swapped for device_new, which passes ("cuda", N) for a lone non-negative int and
+ * everything else, unchanged, to torch's own tp_new (errors included). The slot is reached through
+ * the layout CPython's PyTypeObject has had from 3.0 to 3.14 up to tp_new (not declared by the
+ * limited API), checked on the type's name (and on 3.10+ against PyType_GetSlot) first. */
+typedef struct {
+    PyVarObject ob_base;
+    const char *tp_name;
+    Py_ssize_t tp_basicsize, tp_itemsize;
+    void *tp_dealloc;
+    Py_ssize_t tp_vectorcall_offset;
+    void *tp_getattr, *tp_setattr, *tp_as_async, *tp_repr, *tp_as_number, *tp_as_sequence, *tp_as_mapping;
+    void *tp_hash, *tp_call, *tp_str, *tp_getattro, *tp_setattro, *tp_as_buffer;
+    unsigned long tp_flags;
+    const char *tp_doc;
+    void *tp_traverse, *tp_clear, *tp_richcompare;
+    Py_ssize_t tp_weaklistoffset;
+    void *tp_iter, *tp_iternext, *tp_methods, *tp_members, *tp_getset, *tp_base;
+    PyObject *tp_dict;
+    void *tp_descr_get, *tp_descr_set;
+    Py_ssize_t tp_dictoffset;
+    void *tp_init, *tp_alloc;
+    newfunc tp_new;
+} type_head;
+
+static newfunc native_device_new;
+static PyObject *s_cuda;
+static long python_minor;
+
+static PyObject *
+device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if ((kwds == NULL || PyDict_Size(kwds) == 0) && PyTuple_Size(args) == 1) {
+        PyObject *arg = PyTuple_GetItem(args, 0), *pair, *result;
+        if (arg != NULL && PyLong_Check(arg) && !PyBool_Check(arg)) {
+            long long index = PyLong_AsLongLong(arg);
+            if (index == -1 && PyErr_Occurred())
+                PyErr_Clear();  /* out of range: torch's own parser says so */
+            else if (index >= 0) {
+                pair = PyTuple_Pack(2, s_cuda, arg);
+                if (pair == NULL)
+                    return NULL;
+                result = native_device_new(type, pair, NULL);
+                Py_DECREF(pair);
+                return result;
+            }
+        }
+    }
+    return native_device_new(type, args, kwds);
+}
+
+/* int_device(type, on): swap (on) or restore (off) torch.device's tp_new; True when it changed. */
+static PyObject *
+int_device(PyObject *module, PyObject *args)
+{
+    PyObject *type;
+    int on;
+    type_head *head;
+    if (!PyArg_ParseTuple(args, "Op", &type, &on))
+        return NULL;
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "a type is required");
+        return NULL;
+    }
+    head = (type_head *)type;
+    if (head->tp_name == NULL || strcmp(head->tp_name, "torch.device") != 0 || head->tp_new == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "not torch.device, or an unknown type layout");
+        return NULL;
+    }
+    if (python_minor >= 10 && (newfunc)PyType_GetSlot((PyTypeObject *)type, Py_tp_new) != head->tp_new) {
+        PyErr_SetString(PyExc_RuntimeError, "unknown type layout");
+        return NULL;
+    }
+    if (on) {
+        if (head->tp_new == device_new)
+            Py_RETURN_FALSE;
+        native_device_new = head->tp_new;
+        head->tp_new = device_new;
+    }
+    else {
+        if (head->tp_new != device_new)
+            Py_RETURN_FALSE;
+        head->tp_new = native_device_new;
+    }
+    PyType_Modified((PyTypeObject *)type);
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef module_methods[] = {
     {"make", make, METH_VARARGS,
      "make(kind, twin, original, last, plain, cache, spec_types, current, flag): a FastCall (see the C source)"},
+    {"int_device", int_device, METH_VARARGS,
+     "int_device(torch.device, on): torch.device(N) as cuda:N (on) or torch's own (off); True when changed"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -738,7 +831,8 @@ PyInit__fastcalls(void)
     s_generator = PyUnicode_InternFromString("generator");
     s_non_blocking = PyUnicode_InternFromString("non_blocking");
     s_qualname = PyUnicode_InternFromString("__qualname__");
-    if (!s_device || !s_generator || !s_non_blocking || !s_qualname)
+    s_cuda = PyUnicode_InternFromString("cuda");
+    if (!s_device || !s_generator || !s_non_blocking || !s_qualname || !s_cuda)
         return NULL;
     types = PyImport_ImportModule("types");
     if (types == NULL)
@@ -763,6 +857,7 @@ PyInit__fastcalls(void)
             return NULL;
         minor = PyLong_AsLong(PyTuple_GetItem(version, 1));
         Py_DECREF(version);
+        python_minor = minor;
         if (minor >= 9) {
             object_vectorcall = (vectorcall_t)dlsym(RTLD_DEFAULT, "PyObject_Vectorcall");
             object_vectorcall_dict = (vectorcall_dict_t)dlsym(RTLD_DEFAULT, "PyObject_VectorcallDict");

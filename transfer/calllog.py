@@ -65,7 +65,9 @@ from .likeness import PathWrapper, alias_meta, present
 # Areas not listed decide nothing a user's CUDA call asks: environment (variables set once at
 # install, shown by status()), accelerator (torch.accelerator is device-generic), dynamo (torch.compile's
 # own is_cuda), shutdown (exit-time housekeeping), torchscript (torch.jit.script's translation is in the
-# compiled graph's device constants, not in the call; `transfer scan` reports the call).
+# compiled graph's device constants, not in the call; `transfer scan` reports the call), device_mesh / fsdp /
+# checkpoint (engine constructors and DCP's staging, called through the engines; the devices they translate are
+# in transfer.report()).
 _AREAS = ("cuda_namespace", "tensor", "module", "factories", "distributed", "amp", "serialization", "data",
           "ddp", "data_parallel", "sync_batchnorm")
 #: Records of those areas left unlogged, and why.

@@ -45,7 +45,7 @@ def init() -> None:
     pass
 
 
-#: Devices the cpu target reports when neither TRANSFER_CPU_DEVICES nor
+#: Devices the cpu target reports when neither TRANSFER_CPU_DEVICES, CUDA_VISIBLE_DEVICES nor
 #: LOCAL_WORLD_SIZE says otherwise. Two, deliberately: the smallest count that
 #: takes a script's multi-device paths (``mp.spawn(nprocs=device_count())``
 #: starts 2 workers, so DistributedSampler, DDP and collectives run), that
@@ -56,12 +56,50 @@ def init() -> None:
 DEFAULT_DEVICES = 2
 
 
+def visible_devices(value: Optional[str]) -> Optional[int]:
+    """How many devices a CUDA_VISIBLE_DEVICES value lists, read as the CUDA runtime reads it.
+
+    Comma-separated device ids (ordinals, or ``GPU-``/``MIG-`` UUIDs); the list ends at
+    the first entry that is neither (CUDA ignores it and everything after:
+    ``"0,1,x,2"`` is 2 devices); a repeated id ends it too. None when the value
+    lists no device (unset, ``""``, ``"-1"``): that is how users hide GPUs to run on
+    the CPU, which is what the cpu target does, so it keeps its own count.
+    The order of the ids has no effect here: every virtual device is the same CPU,
+    and virtual device N is the N-th listed, as CUDA numbers them.
+    """
+    if value is None:
+        return None
+    seen = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if entry.isdigit():
+            entry = str(int(entry))
+        elif not entry.startswith(("GPU-", "MIG-")):
+            break
+        if entry in seen:
+            break
+        seen.append(entry)
+    return len(seen) or None
+
+
 def device_count() -> int:
-    """TRANSFER_CPU_DEVICES, else LOCAL_WORLD_SIZE (set by torchrun), else DEFAULT_DEVICES (2)."""
-    for name in ("TRANSFER_CPU_DEVICES", "LOCAL_WORLD_SIZE"):
-        value = os.environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
+    """TRANSFER_CPU_DEVICES, else the devices CUDA_VISIBLE_DEVICES lists, else LOCAL_WORLD_SIZE
+    (set by torchrun), else DEFAULT_DEVICES (2).
+
+    TRANSFER_CPU_DEVICES is the cpu target's own setting and wins when both are set (a
+    launcher or container may set CUDA_VISIBLE_DEVICES for a GPU job; TRANSFER_CPU_DEVICES
+    can only mean the cpu target). Under torchrun, CUDA_VISIBLE_DEVICES=0 with 2 workers per
+    node leaves one device, so rank 1's ``set_device(1)`` raises, as on CUDA.
+    """
+    value = os.environ.get("TRANSFER_CPU_DEVICES", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    listed = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if listed is not None:
+        return listed
+    value = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
     return DEFAULT_DEVICES
 
 
@@ -73,11 +111,14 @@ def _index(device: Any = None, optional: bool = True) -> int:
     as ``torch.cuda.set_device('cuda')`` raises); an int is an ordinal; a device string torch
     rejects raises torch's own error (``'CUDA:0'``); another device type
     raises CUDA's ValueError, except the CPU: this target's devices are the
-    CPU (``x.cuda().device``), so it names the current device. An ordinal past
-    the device count raises InvalidDeviceError as CUDA would.
+    CPU (``x.cuda().device``), so it names the current device. A
+    ``torch.cuda.device`` object names its ``idx``, as torch's ``_get_device_index``
+    reads it. An ordinal past the device count raises InvalidDeviceError as CUDA would.
     """
     if device is None:
         return current_device()
+    if isinstance(device, _Device):  # torch.cuda.device(...) here (the class below)
+        device = device.idx
     parsed = (int(device),) if isinstance(device, int) else parse_cuda(device)
     if parsed is None:
         if isinstance(device, str):
@@ -102,6 +143,8 @@ def current_device() -> int:
 
 
 def set_device(device: Any) -> None:
+    if isinstance(device, _Device):
+        device = device.idx
     if isinstance(device, int) and device < 0:
         return  # CUDA's set_device ignores a negative ordinal (torch.cuda._get_device_index -> -1)
     index = _index(device, optional=False)
@@ -131,6 +174,9 @@ class device:
 class device_of(device):
     def __init__(self, obj: Any):
         super().__init__(-1)
+
+
+_Device = device  # `device` is also the parameter name of the functions that accept one
 
 
 def synchronize(device: Any = None) -> None:

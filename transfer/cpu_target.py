@@ -29,7 +29,12 @@ data            ``DataLoader(pin_memory=True)``: nothing to pin for          `lo
 ddp             no ``device_ids`` for a CPU module; SyncBatchNorm allowed    patches/ddp.py
 distributed     one gloo backend for every device type; no ``device_id``    `backend`, `device_id`
 sync_batchnorm  CPU kernels for the batch_norm_stats family, the forward    patches/sync_batchnorm.py
-accelerator     ``torch.accelerator`` answers "none", as a CPU-only build    patches/accelerator.py
+accelerator     ``torch.accelerator`` answers "none", as a CPU-only build;   patches/accelerator.py
+                ``torch.device(N)`` is ``cuda:N`` as on a CUDA build
+device_mesh     ``DeviceMesh('cuda')`` is torch's CPU mesh (gloo): FSDP2,    patches/device_mesh.py
+                DTensor, tensor parallelism (vendors: the vendor's type)
+fsdp            FSDP1's CUDA ``device_id`` is the CPU (torch's CPU FSDP);    patches/fsdp.py
+                ``sync_module_states`` broadcasts host memory over gloo
 ==============  ===========================================================  ==========================
 """
 

@@ -107,8 +107,9 @@ def classify(profile, name: str) -> Verdict:
     if name == "CUDA_VISIBLE_DEVICES":
         if profile.visible_devices_env:
             return Verdict(TRANSLATED, when, profile.visible_devices_env)
-        return Verdict(UNSUPPORTED, when, reason="the cpu target's device count is TRANSFER_CPU_DEVICES, else "
-                                                  "LOCAL_WORLD_SIZE, else 2")
+        return Verdict(BUILT_IN, when, reason="the cpu target reports as many virtual devices as it lists "
+                                               "(TRANSFER_CPU_DEVICES, when set, wins; an empty list, which hides "
+                                               "GPUs, leaves LOCAL_WORLD_SIZE, else 2)")
     rename = profile.env.get(name)
     if rename is not None:
         if rename.target is None:

@@ -330,6 +330,19 @@ OTHER_APIS: Tuple[_Row, ...] = (
      "get_backend() returns '{backend}', so `== 'nccl'` is False; `transfer port --unsafe` accepts '{backend}'", {}),
     ("torch.nn.parallel.DistributedDataParallel", TRANSLATED, "DDP on {dev}",
      "device_ids/output_device keep their index", {}),
+    ("DeviceMesh('cuda')", TRANSLATED, "DeviceMesh('{dev}')",
+     "init_device_mesh('cuda', ...), DeviceMesh('cuda', ...), DeviceMesh.from_group: FSDP2, DTensor and tensor "
+     "parallelism place parameters and shards on {dev}:<rank>, collectives '{backend}'",
+     {"cpu": (TRANSLATED, "DeviceMesh('cpu')", "torch's CPU mesh over gloo: FSDP2, DTensor and tensor "
+                                               "parallelism run as torch runs them on the CPU")}),
+    ("torch.distributed.fsdp.FullyShardedDataParallel", TRANSLATED, "FSDP1 on {dev}",
+     "device_id=torch.cuda.current_device() is {dev}:<index>",
+     {"cpu": (TRANSLATED, "FSDP1 with device_id=torch.device('cpu')",
+              "torch's CPU FSDP; sync_module_states=True broadcasts host memory over gloo (torch refuses it on "
+              "the CPU because NCCL cannot)")}),
+    ("torch.distributed.checkpoint", TRANSLATED, "dcp.save / dcp.load on {dev}",
+     "the writer stages the target's tensors to host memory; checkpoints load at another world size and on "
+     "another target", {"cpu": (TRANSLATED, "dcp.save / dcp.load on cpu", "host tensors, written as they are")}),
     ("torch.nn.SyncBatchNorm", TRANSLATED, "SyncBatchNorm on {dev}", "the device check accepts the target",
      {"cpu": (TRANSLATED, "SyncBatchNorm on cpu", "transfer adds the CPU kernels stock torch lacks")}),
     ("torch.nn.DataParallel", TRANSLATED, "one {dev} device",

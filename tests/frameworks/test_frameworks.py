@@ -198,6 +198,40 @@ def test_transformers_trainer_tiny_gpt2(target, tmp_path):
         assert r["tied"] and r["tied_storage"], f"GPT-2's tied embeddings came apart: {r}"
 
 
+def test_transformers_trainer_without_torchrun_on_the_visible_device(tmp_path):
+    """`python train.py` (no launcher) with CUDA_VISIBLE_DEVICES=0, as a user picks one GPU: the Trainer
+    sees one device (n_gpu 1, no DataParallel) and takes 64 steps of 16, as on one GPU. Before the cpu
+    target read the variable it saw 2 devices (DataParallel, 32 steps of 32)."""
+    _require("transformers")
+    job = Job("cpu", tmp_path)
+    env = dict(job.env(), CUDA_VISIBLE_DEVICES="0")
+    env.pop("TRANSFER_CPU_DEVICES", None)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, script("transformers_train.py"), job_out(tmp_path)], env=env,
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=TIMEOUT)
+    print(f"cpu: rc {proc.returncode} in {time.monotonic() - start:.0f}s")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = job.results()[0]
+    assert r["finished"] and r["world_size"] == 1 and r["param_devices"] == ["cpu"], r
+    assert r["n_gpu"] == 1 and r["steps"] == 64 and r["framework_device"] == "cuda:0", r
+    assert r["accuracy"] >= 0.8 and r["tied"], r
+
+
+def test_transformers_device_map_auto_loads_on_device_zero(tmp_path):
+    """from_pretrained(device_map="auto"), TRL's default: transformers resolves it to {"": 0} and its
+    caching_allocator_warmup calls torch.device(0), which a CPU-only build of torch refused. Loaded,
+    the model computes what the same weights compute without a device map."""
+    _require("transformers")
+    job = Job("cpu", tmp_path)
+    proc = subprocess.run([sys.executable, script("transformers_device_map.py"), str(tmp_path / "model")],
+                          env=job.env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["cuda_available"] and result["param_devices"] == ["cpu"], result
+    assert set(result["device_map"].values()) <= {"0", "cuda:0"}, result
+    assert result["max_diff"] <= 1e-5, result
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_deepspeed_zero1(target, tmp_path):
     _require("deepspeed")

@@ -33,6 +33,9 @@ AREAS = (
     "amp",  # torch.autocast / GradScaler device types
     "data",  # DataLoader pin_memory, torch.Generator, default device
     "distributed",  # init_process_group / new_group: nccl -> vendor backend
+    "device_mesh",  # DeviceMesh("cuda") / init_device_mesh("cuda"): the target's device type (FSDP2, DTensor)
+    "fsdp",  # cpu target: FullyShardedDataParallel(device_id=cuda ordinal) -> torch's CPU FSDP; sync_module_states over gloo
+    "checkpoint",  # vendor targets: DCP's writer stages from the target's device type, not 'cuda'
     "ddp",  # DistributedDataParallel device validation
     "sync_batchnorm",  # SyncBatchNorm device check (and CPU kernels)
     "data_parallel",  # nn.DataParallel

@@ -42,7 +42,7 @@ def main(out_dir):
     accuracy = (predicted == tokens[:, 1:]).float().mean().item()
     tied = model.lm_head.weight is model.transformer.wte.weight
     write_result(out_dir, model, accuracy=accuracy, device=str(model.device), framework_device=str(args.device),
-                 tied=tied,
+                 tied=tied, n_gpu=args.n_gpu, steps=trainer.state.global_step,
                  tied_storage=model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(),
                  finished=True)
 

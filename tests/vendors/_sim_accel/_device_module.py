@@ -49,6 +49,10 @@ def build_device_module(spec, C) -> types.ModuleType:
             index = device
         elif device is None:
             index = None
+        elif isinstance(device, (ns["device"], torch.cuda.device)):
+            # torch_npu's _get_device_index reads its own device objects' idx and hands anything else to
+            # torch's _get_device_index, which reads a torch.cuda.device's idx (nanotron's set_device)
+            index = device.idx
         else:
             raise ValueError(f"Expected a torch.device, str or int for a {name} device, got {device!r}")
         if index is None:

@@ -152,6 +152,14 @@ Tensor copy_from_and_resize(const Tensor& self, const Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// Tensor.record_stream: torch_npu implements it for NPU tensors (its caching allocator defers reuse of
+// the block until the stream's work is done); FSDP1 calls it on every unshard. The stand-in's work is
+// synchronous, so no block can be reused early: the stream is checked to be this device's, nothing else.
+void record_stream(Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == self.device().type(), "record_stream: the stream (", stream,
+              ") is not on the tensor's device type (", self.device(), ")");
+}
+
 at::Scalar local_scalar_dense(const Tensor& self) {
   return at::native::_local_scalar_dense_cpu(alias_cpu(self));
 }
@@ -603,6 +611,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", &copy_from);
   m.impl("_copy_from_and_resize", &copy_from_and_resize);
   m.impl("_local_scalar_dense", &local_scalar_dense);
+  m.impl("record_stream", &record_stream);
   m.impl("set_.source_Tensor", &set_source_tensor);
   m.impl("set_.source_Storage", &set_source_storage);
   m.impl("set_.source_Storage_storage_offset", &set_source_storage_offset);
