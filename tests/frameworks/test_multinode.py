@@ -240,9 +240,25 @@ def check_two_nodes(nodes, static_node_ranks):
     return results
 
 
+# ------------------------------------------------------------------------ which jobs run
+
+#: Each 4-rank job costs 20-45 s on two cores (the full product, 16 jobs, ~8 min). By default each target gets
+#: one job that must succeed and one with a fault, the launchers and the faults rotating so that each kind
+#: runs on the cpu target and on stand-ins: cpu accelerate (seed 004's path) + kill (torchrun) + freeze
+#: (accelerate); npu torchrun + freeze (torchrun); sdaa accelerate + kill (accelerate); gcu torchrun + kill
+#: (torchrun). MULTINODE_MATRIX=full runs every target with every launcher and fault.
+FULL = os.environ.get("MULTINODE_MATRIX") == "full"
+LAUNCHERS = ("torchrun", "accelerate")
+SUCCEEDS = {"torchrun": TARGETS if FULL else ["npu", "gcu"], "accelerate": TARGETS if FULL else ["cpu", "sdaa"]}
+FAULTS = {"kill": [(t, l) for t in TARGETS for l in LAUNCHERS] if FULL else
+          [("cpu", "torchrun"), ("sdaa", "accelerate"), ("gcu", "torchrun")],
+          "stop": [(t, l) for t in TARGETS for l in LAUNCHERS] if FULL else
+          [("cpu", "accelerate"), ("npu", "torchrun")]}
+
+
 # ------------------------------------------------------------------------ the jobs that succeed
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", SUCCEEDS["torchrun"])
 def test_torchrun_two_nodes_c10d_rendezvous(target, tmp_path):
     nodes = TwoNodes(target, tmp_path)
     port, commands = torchrun_nodes(nodes, "multinode_train.py")
@@ -250,7 +266,7 @@ def test_torchrun_two_nodes_c10d_rendezvous(target, tmp_path):
     check_two_nodes(nodes, static_node_ranks=False)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", SUCCEEDS["accelerate"])
 def test_accelerate_launch_two_machines(target, tmp_path):
     _require("accelerate")
     nodes = TwoNodes(target, tmp_path)
@@ -341,20 +357,25 @@ def check_failed(nodes, victim, fault):
     return said
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_a_killed_rank_fails_every_node_within_the_timeout(target, tmp_path):
+def launch(launcher, nodes):
+    """The commands of a job that trains until it is stopped, with the user's collective timeout TIMEOUT_S."""
+    args = ("--steps", "100000", "--timeout", str(TIMEOUT_S))
+    if launcher == "accelerate":
+        _require("accelerate")
+        return accelerate_nodes(nodes, "accelerate_multinode_train.py", *args)
+    return torchrun_nodes(nodes, "multinode_train.py", *args)
+
+
+@pytest.mark.parametrize("target,launcher", FAULTS["kill"])
+def test_a_killed_rank_fails_every_node_within_the_timeout(target, launcher, tmp_path):
     nodes = TwoNodes(target, tmp_path)
-    launch = torchrun_nodes(nodes, "multinode_train.py", "--steps", "100000", "--timeout", str(TIMEOUT_S))
-    run_with_fault(nodes, launch, signal.SIGKILL)
+    run_with_fault(nodes, launch(launcher, nodes), signal.SIGKILL)
     check_failed(nodes, 3, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_a_rank_that_stops_answering_fails_every_node_within_the_timeout(target, tmp_path):
-    _require("accelerate")
+@pytest.mark.parametrize("target,launcher", FAULTS["stop"])
+def test_a_rank_that_stops_answering_fails_every_node_within_the_timeout(target, launcher, tmp_path):
     nodes = TwoNodes(target, tmp_path)
-    launch = accelerate_nodes(nodes, "accelerate_multinode_train.py", "--steps", "100000", "--timeout",
-                              str(TIMEOUT_S))
-    ended, _ = run_with_fault(nodes, launch, signal.SIGSTOP)
+    ended, _ = run_with_fault(nodes, launch(launcher, nodes), signal.SIGSTOP)
     check_failed(nodes, 3, signal.SIGSTOP)
     assert ended >= TIMEOUT_S * 0.9, f"the ranks gave up after {ended:.1f}s, before the user's {TIMEOUT_S}s timeout"
