@@ -28,6 +28,11 @@ other rank within the user's timeout, never a silent hang: both launchers exit n
 rank has ended within TIMEOUT_S + SLACK_S of the fault, and the launchers' failure reports name it (the
 killed rank's signal; the survivors' collective errors). The frozen rank is resumed once every other
 rank has ended (torchrun would otherwise SIGKILL it after its 30 s close timeout).
+
+Which target runs which job: see FULL below (by default 9 jobs, each target one that succeeds and one
+with a fault; ``MULTINODE_MATRIX=full`` all 24). Measured on two loaded cores: a job 21-45 s, all ranks
+training ~18-24 s after the start, every other rank ended 2-5 s after a kill and 14-15 s after a freeze
+(user timeout 10 s), the launchers 1-3 s later.
 """
 
 from __future__ import annotations
@@ -232,7 +237,7 @@ def check_two_nodes(nodes, static_node_ranks):
             assert s is not None, (r, sorted(stats))
             assert s["backend"] == BACKEND[target] and s["device_indices"] == [r["local_rank"]], (r["rank"], s)
             assert s["collectives"].get("allreduce", 0) > 0, s
-            assert [(g["rank"], g["size"]) for g in s["process_groups"]] == [(r["rank"], 4)], s
+            assert [(g["rank"], g["size"], g["timeout_s"]) for g in s["process_groups"]] == [(r["rank"], 4, 60)], s
             assert s["process_groups"][0]["env"] == translated, (r["rank"], s["process_groups"])
     warned = re.findall(r"transfer: (\S+(?:, \S+)*) (?:has|have) no equivalent for " + BACKEND[target],
                         "\n".join(nodes.outputs))
@@ -347,6 +352,14 @@ def check_failed(nodes, victim, fault):
     if nodes.target != "cpu":  # the stand-in's error names its backend, as the vendor's does
         for rank in errors:
             assert f"{BACKEND[nodes.target].upper()} error: [Rank {rank}]" in said[rank], said[rank]
+    if nodes.target != "cpu":  # the user's timeout reached the vendor's process group (the stats file of a
+        # rank that raised; one its launcher stopped with SIGTERM before its exit handlers ran has none)
+        stats, pids = nodes.stats(), {rank: p["pid"] for rank, p in nodes.progress().items()}
+        recorded = [rank for rank in errors if pids[rank] in stats]
+        assert recorded, (sorted(errors), sorted(stats))
+        for rank in recorded:
+            groups = stats[pids[rank]]["process_groups"]
+            assert [(g["rank"], g["timeout_s"]) for g in groups] == [(rank, TIMEOUT_S)], (rank, groups)
     if fault == signal.SIGKILL:
         assert "Signal 9 (SIGKILL)" in said.get(victim, ""), nodes.log()
         # the other node's ranks see the peer gone; rank 2 does too, or its launcher stops it (SIGTERM)
