@@ -242,6 +242,8 @@ def check_two_nodes(nodes, static_node_ranks):
     warned = re.findall(r"transfer: (\S+(?:, \S+)*) (?:has|have) no equivalent for " + BACKEND[target],
                         "\n".join(nodes.outputs))
     assert sorted({n for names in warned for n in names.split(", ")}) == UNSUPPORTED[target], nodes.log()
+    for output in nodes.outputs:  # each node's launcher names them; its ranks do not repeat it
+        assert output.count(f"no equivalent for {BACKEND[target]}") == 1, output
     return results
 
 
