@@ -15,8 +15,9 @@ applies that:
   collectives: the first process group) gets one warning saying it came too
   late, at the next process-group creation or at exit;
 * unsupported variables are named in one warning (rank 0; an error under
-  TRANSFER_STRICT, except a value a launcher sets by default); informational
-  ones never are.
+  TRANSFER_STRICT, except a value a launcher sets by default), not again by the
+  processes that process starts (a launcher's transfer names them, its ranks
+  do not repeat it: SAID_ENV); informational ones never are.
 
 A variable the user already set for the target wins. A value a parent
 process's transfer set (torchrun's launcher, mp.spawn's parent) is in effect
