@@ -30,8 +30,8 @@ killed rank's signal; the survivors' collective errors). The frozen rank is resu
 rank has ended (torchrun would otherwise SIGKILL it after its 30 s close timeout).
 
 Which target runs which job: see FULL below (by default 9 jobs, each target one that succeeds and one
-with a fault; ``MULTINODE_MATRIX=full`` all 24). Measured on two loaded cores: a job 21-45 s, all ranks
-training ~18-24 s after the start, every other rank ended 2-5 s after a kill and 14-15 s after a freeze
+with a fault; ``MULTINODE_MATRIX=full`` all 24). Measured on two cores: a job 12-22 s idle, 21-45 s at load
+13 (the 9 default jobs 136 s / 270 s); every other rank ended 2-5 s after a kill and 12-15 s after a freeze
 (user timeout 10 s), the launchers 1-3 s later.
 """
 
