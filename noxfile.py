@@ -13,7 +13,8 @@
                                  for (2.1.2, 2.14.1), or on the versions given after --
     nox -s quickstart            the README's quick start on a fresh environment with no torch, then
                                  `transfer port` from the installed wheel
-    nox -s results               README's results table from the junit files of the runs (docs/results/)
+    nox -s results               README's results table from the junit files of the runs (docs/results/), and
+                                 docs/engines.md's engine x target table (docs/engines.py)
     nox -s bench                 `python -m benchmarks --only calls` on torch 2.0.1, 2.1.2, 2.13.0 and 2.14.1
                                  (or the versions given after --), recorded in docs/bench/, and README's
                                  performance table written from those files (docs/bench.py); timings:
@@ -355,7 +356,8 @@ def quickstart(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def results(session: nox.Session) -> None:
     """Copy the junit files of the runs (.nox/junit) to docs/results/ and write README's results table
-    from docs/results/ (docs/results.py). Run it after the sessions whose rows you want to refresh."""
+    from docs/results/ (docs/results.py) and docs/engines.md's table (docs/engines.py). Run it after the
+    sessions whose rows you want to refresh."""
     target = os.path.join(ROOT, "docs", "results")
     os.makedirs(target, exist_ok=True)
     for path in sorted(glob.glob(os.path.join(JUNIT, "*.xml"))):
@@ -364,6 +366,7 @@ def results(session: nox.Session) -> None:
         shutil.copy(path, target)
         session.log(f"{os.path.relpath(path, ROOT)} -> {os.path.relpath(target, ROOT)}")
     session.run(sys.executable, os.path.join(ROOT, "docs", "results.py"), "--write", external=True)
+    session.run(sys.executable, os.path.join(ROOT, "docs", "engines.py"), "--write", external=True)
 
 
 @nox.session(venv_backend="none")

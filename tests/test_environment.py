@@ -179,6 +179,20 @@ def test_visible_devices_set_after_the_plugin_was_imported_is_too_late_and_said(
     assert "devices 1" in before.stdout and "after torch_npu was imported" not in before.stderr
 
 
+def test_a_launcher_and_the_workers_it_starts_name_an_unsupported_variable_once():
+    """torchrun's (or accelerate's) launcher runs transfer too and names the variables it cannot translate;
+    rank 0, which inherits the same variables, does not name them again (it did: two warnings per job, and
+    a TORCH_NCCL_ASYNC_ERROR_HANDLING the user set was called the launcher's default there)."""
+    worker = ("import os, subprocess, sys; subprocess.run([sys.executable, '-c', 'import torch'], check=True, "
+              "env=dict(os.environ, RANK='0', LOCAL_RANK='0', TORCHELASTIC_RUN_ID='job'))")
+    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, NCCL_IB_DISABLE=1, NCCL_DEBUG="INFO")
+    proc = python("-c", "import torch; " + worker, env=env, timeout=300)
+    assert proc.stderr.count("NCCL_DEBUG, NCCL_IB_DISABLE have no equivalent for gloo") == 1, proc.stderr
+    assert "no equivalent" not in proc.stderr.replace("NCCL_DEBUG, NCCL_IB_DISABLE have no equivalent", ""), proc.stderr
+    alone = python("-c", worker, env=env, timeout=300)  # a worker whose launcher said nothing names them itself
+    assert alone.stderr.count("NCCL_DEBUG, NCCL_IB_DISABLE have no equivalent for gloo") == 1, alone.stderr
+
+
 @needs_standins
 def test_a_launchers_default_is_not_an_error_under_strict():
     """torch.distributed.run sets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 in every worker the user did not

@@ -134,13 +134,20 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 visible_devices_env="TOPS_VISIBLE_DEVICES",
                 custom_kernels="kernels in Enflame's own device language from its TopsRider SDK, registered "
                 "for PrivateUse1 through torch_gcu's extension mechanism",
-                # eccl is NCCL-derived (ECCL_SOCKET_IFNAME, ECCL_IB_HCA='^=mlx5_10' in Enflame's
-                # deployment guides); torch_gcu's process group reads TORCH_ECCL_* (Enflame's vLLM
-                # worker sets TORCH_ECCL_AVOID_RECORD_STREAMS; guides set TORCH_ECCL_ASYNC_ERROR_HANDLING).
+                # eccl is NCCL-derived and keeps NCCL's names under its prefix: Enflame's ECCL setup scripts
+                # (ECCL 2.5) export ECCL_SOCKET_IFNAME and ECCL_IB_DISABLE=1, its multi-node vLLM guides
+                # ECCL_IB_HCA (NCCL's syntax: '^=mlx5_10,mlx5_11', 'mlx5_bond_0,...') and ECCL_IB_GID_INDEX=3;
+                # torch_gcu's process group reads TORCH_ECCL_* (Enflame's vLLM worker sets
+                # TORCH_ECCL_AVOID_RECORD_STREAMS; guides set TORCH_ECCL_ASYNC_ERROR_HANDLING). Seed 004's
+                # NCCL_IB_* settings were dropped on gcu before (issue 23).
                 env=_env(
                     NCCL_SOCKET_IFNAME=EnvRename(
                         "ECCL_SOCKET_IFNAME", note="passed as written: eccl is NCCL-derived, NCCL's syntax assumed "
                         "(unverified, see tests/vendors/README.md)"),
+                    NCCL_IB_DISABLE=EnvRename("ECCL_IB_DISABLE"),
+                    NCCL_IB_HCA=EnvRename("ECCL_IB_HCA", note="passed as written: Enflame's guides write NCCL's "
+                                          "syntax ('^=mlx5_10,mlx5_11')"),
+                    NCCL_IB_GID_INDEX=EnvRename("ECCL_IB_GID_INDEX"),
                     TORCH_NCCL_ASYNC_ERROR_HANDLING=EnvRename("TORCH_ECCL_ASYNC_ERROR_HANDLING"),
                     TORCH_NCCL_AVOID_RECORD_STREAMS=EnvRename("TORCH_ECCL_AVOID_RECORD_STREAMS"),
                 ),

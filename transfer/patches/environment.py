@@ -15,8 +15,9 @@ applies that:
   collectives: the first process group) gets one warning saying it came too
   late, at the next process-group creation or at exit;
 * unsupported variables are named in one warning (rank 0; an error under
-  TRANSFER_STRICT, except a value a launcher sets by default); informational
-  ones never are.
+  TRANSFER_STRICT, except a value a launcher sets by default), not again by the
+  processes that process starts (a launcher's transfer names them, its ranks
+  do not repeat it: SAID_ENV); informational ones never are.
 
 A variable the user already set for the target wins. A value a parent
 process's transfer set (torchrun's launcher, mp.spawn's parent) is in effect
@@ -73,6 +74,7 @@ class Environment:
         self.seen: Dict[str, Dict[str, Optional[str]]] = {}  # moment -> {variable: value when it passed}
         self.late: Set[str] = set()  # variables already said to be too late
         self.unsupported: Set[str] = set()  # already named in a warning
+        self.said_before = os.environ.get(SAID_ENV)  # restored on uninstall
 
     # ------------------------------------------------------------------ sync
     def sync(self, passing: Optional[str] = None, strict_errors: bool = False) -> None:
@@ -130,10 +132,13 @@ class Environment:
             self.ctx.env_changes.pop(target, None)
 
     def _warn_unsupported(self, names, current: Dict[str, str]) -> None:
-        new = [n for n in names if n not in self.unsupported]
+        said = _said_by_parent()  # a launcher's transfer (torchrun, accelerate) named them already
+        new = [n for n in names if n not in self.unsupported and n not in said]
         if not new or not _rank_zero():
             return
         self.unsupported.update(new)
+        if not self.ctx.strict:  # the processes this one starts see the same variables: one warning per job
+            os.environ[SAID_ENV] = ",".join(sorted(said | set(new)))
         launcher = [n for n in new if _launcher_default(n, current[n])]
         new = [n for n in new if n not in launcher]
         devices = [n for n in new if envvars.moment(n) == envvars.DEVICES]
@@ -182,6 +187,10 @@ class Environment:
         self._too_late(dict(envvars.environ_items()))
 
     def undo(self) -> None:
+        if self.said_before is None:
+            os.environ.pop(SAID_ENV, None)
+        else:
+            os.environ[SAID_ENV] = self.said_before
         for target in self.set_here:
             if os.environ.get(target) == self.ours.get(target):
                 del os.environ[target]
@@ -197,6 +206,16 @@ def _late_message(profile, name: str, before: Optional[str], now: Optional[str],
         when = ("after the first process group was created; groups created before keep what they were created "
                 "with (NCCL reads it once per process as well). Set it before init_process_group")
     return f"{name} was {change} {when}."
+
+
+#: Unsupported variables a process named in its warning, for the processes it starts (torchrun's or
+#: accelerate's launcher, then rank 0): they inherit the same variables and do not name them again; a
+#: launcher's default (TORCH_NCCL_ASYNC_ERROR_HANDLING=1) the user had set is then not called the launcher's.
+SAID_ENV = "_TRANSFER_ENV_SAID"
+
+
+def _said_by_parent() -> Set[str]:
+    return {n for n in os.environ.get(SAID_ENV, "").split(",") if n}
 
 
 def _rank_zero() -> bool:

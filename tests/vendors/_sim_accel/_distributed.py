@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import os
 import socket
 import threading
 
@@ -23,6 +24,9 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, _create_work_from_future  # torch.distributed does not re-export it
 
 COUNTS: collections.Counter = collections.Counter()
+#: One entry per process group created in this process: what it was created with (the stats file's
+#: "process_groups"): its rank and size, the timeout, and the backend's own variables it read then.
+GROUPS: list = []
 _PARKED: list = []  # the last tensors of a destroyed group (SimProcessGroup._call)
 _COUNT_LOCK = threading.Lock()
 
@@ -84,6 +88,16 @@ class _WorkAfter(dist._Work):
         return fut
 
 
+def backend_environment(backend: str) -> dict:
+    """The variables a process group of `backend` reads when it is created: ``<BACKEND>_*`` (the
+    collective library's, e.g. HCCL_SOCKET_IFNAME, HCCL_BUFFSIZE, HCCL_CONNECT_TIMEOUT) and
+    ``TORCH_<BACKEND>_*`` (the plug-in's ProcessGroup, e.g. TORCH_HCCL_ASYNC_ERROR_HANDLING), as the
+    process has them at that moment. NCCL's names are not among them: a real vendor backend never
+    reads NCCL_* (a variable that was not translated before the group is created is lost)."""
+    prefixes = (f"{backend.upper()}_", f"TORCH_{backend.upper()}_")
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
 class SimProcessGroup(dist.ProcessGroup):
     """Collective backend ``spec.backend`` for device type ``spec.name``."""
 
@@ -97,6 +111,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._size = size
         self._physical = physical  # local device index -> physical id
         self._check_rank_devices(store, rank, size, timeout)
+        GROUPS.append({"rank": rank, "size": size, "timeout_s": timeout.total_seconds(),
+                       "env": backend_environment(spec.backend)})
         opts = dist.ProcessGroupGloo._Options()
         opts._timeout = timeout
         opts._threads = 1  # works complete and are released in order: see _call
@@ -152,8 +168,15 @@ class SimProcessGroup(dist.ProcessGroup):
         order, so once a collective completes the previous one's tensors are
         no longer the worker's; ``__del__`` parks the last ones until the
         group is gone.
+
+        A collective whose peer died fails at once (the connection closes); one whose peer stopped
+        answering fails after the group's timeout (init_process_group's): a RuntimeError naming the
+        backend and the rank, with gloo's reason.
         """
-        getattr(self._gloo, name)(*args).wait()
+        try:
+            getattr(self._gloo, name)(*args).wait()
+        except RuntimeError as exc:  # a peer died or stopped answering (the group's timeout), ...
+            raise RuntimeError(f"{self._spec.backend.upper()} error: [Rank {self._rank}] {name} failed: {exc}") from exc
         self._gloo_args = args
 
     def __del__(self, _parked=_PARKED):

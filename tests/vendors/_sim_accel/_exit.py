@@ -61,6 +61,7 @@ def write_stats() -> str | None:
         "backend": spec.backend,
         "collectives": dict(sorted(_distributed.COUNTS.items())),
         "device_indices": sorted(C.used_devices()),
+        "process_groups": list(_distributed.GROUPS),
     }
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{spec.name}-{os.getpid()}.json")
