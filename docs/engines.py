@@ -47,6 +47,30 @@ class Engine(NamedTuple):
 #: tests/frameworks/test_engines_deepspeed.py and test_engines_fsdp.py as they land: a row whose tests have
 #: not run yet says "not run" in every cell.
 ENGINES: List[Engine] = [
+    Engine("FSDP2: `fully_shard` on `init_device_mesh(\"cuda\", (2,))`, `MixedPrecisionPolicy(bf16)`, "
+           "`get_model_state_dict`; DTensor tensor parallel (`parallelize_module`, Colwise/Rowwise on "
+           "`DeviceMesh(\"cuda\", [0, 1])`); FSDP1 (`device_id=torch.cuda.current_device()`, `sync_module_states`, "
+           "auto wrap, `MixedPrecision(bf16)`, sharded and full state dicts); DCP saved by 2 ranks, loaded by 1 on "
+           "another target",
+           ("test_fsdp2_dtensor_fsdp1_and_dcp_across_world_sizes_and_targets",),
+           {"cpu": "a mesh for 'cuda' is torch's CPU mesh over gloo (patch device_mesh.init); FSDP1's CUDA "
+                   "device_id becomes torch's CPU FSDP and sync_module_states broadcasts over gloo (patches "
+                   "fsdp.device_id, fsdp.sync_module_states); each rank holds half of every parameter; losses and "
+                   "full state dicts equal to the same script without transfer on the CPU",
+            "*": "a mesh for 'cuda' is the vendor's (hccl/tccl/eccl); FSDP1 uses the plug-in's device module "
+                 "(torch.device(N) is <vendor>:N); DCP stages from the target's device type (patch "
+                 "checkpoint.staging_device; before: 'Tensor must be on CPU'); shards on <vendor>:<rank>, half per "
+                 "rank, all-gathers and reduce-scatters on each rank's device; results equal to the CPU run; a "
+                 "2-rank checkpoint loads at world size 1 on another target with equal parameters"}),
+    Engine("accelerate's FSDP plugin: `accelerate launch --config_file` (`distributed_type: FSDP`, "
+           "`fsdp_version: 2`, bf16, sharded state dict)",
+           ("test_accelerate_launch_with_its_fsdp_plugin",),
+           {"cpu": "accelerate's CUDA path (DistributedType.FSDP on cuda:<rank> by its account); shards on cpu, half "
+                   "per rank, gloo (without transfer on a machine without a GPU accelerate falls back to no "
+                   "distribution)",
+            "npu": "accelerate's own Ascend path (npu:<rank>); shards half per rank, all-gathers on each rank's device",
+            "sdaa": "accelerate's own sdaa path (sdaa:<rank>); shards half per rank, all-gathers on each rank's device",
+            "gcu": "accelerate's CUDA path on gcu:<rank>; shards half per rank, all-gathers on each rank's device"}),
     Engine("Multi-node DDP, `torchrun --nnodes=2 --rdzv_backend=c10d` (2 nodes x 2 ranks)",
            ("test_torchrun_two_nodes_c10d_rendezvous",),
            {"cpu": "nccl -> gloo; NCCL_SOCKET_IFNAME -> GLOO_SOCKET_IFNAME (NCCL's selection -> one interface name); "
