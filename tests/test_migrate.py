@@ -109,6 +109,23 @@ def test_docs_support_matrix_is_current():
     assert docs.main(["--check", "--output", path]) == 0
 
 
+def test_docs_writes_only_into_a_checkout_or_where_told(tmp_path):
+    """Issue 24 item 9: `transfer docs` wrote ./docs/support-matrix.md into whatever directory it ran in.
+    It is a maintainer's command: elsewhere it refuses and says so; --output says where (with help)."""
+    refused = cli("docs", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "not a transfer checkout" in refused.stderr and "--output" in refused.stderr
+    assert os.listdir(tmp_path) == []
+    written = cli("docs", "--output", str(tmp_path / "matrix.md"), cwd=tmp_path)
+    assert written.returncode == 0 and os.listdir(tmp_path) == ["matrix.md"]
+    helped = cli("docs", "--help", cwd=tmp_path).stdout
+    assert re.search(r"--output FILE, -o FILE\s+the file to write", helped) or \
+        re.search(r"-o FILE, --output FILE\s+the file to write", helped), helped
+    overview = cli("--help", cwd=tmp_path).stdout
+    assert "(maintainers)" in overview and "transfer-run" in overview and "TRANSFER_DEVICE" in overview
+    assert "TRANSFER_LOG" in overview and "--version" in overview
+    assert cli("--version").stdout.startswith("transfer ")
+
+
 def test_port_safe_unsafe_idempotent_and_comments_kept():
     from transfer.migrate.port import port_source
 
