@@ -172,9 +172,6 @@ def test_the_npu_fix_never_replaces_the_users_torch(tmp_path, wheel):
     the fix the npu error message printed, made pip swap a user's torch 2.14.1 for 2.14.0. Now there is no
     such extra, and the command the message prints installs the torch_npu of the installed torch or fails
     saying there is none; pip's resolver (offline, over these metadata-only wheels) never plans a torch."""
-    from transfer.profiles import PROFILES
-    from transfer.selection import install_hint
-
     index = tmp_path / "index"
     index.mkdir()
     for version in ("2.13.0", "2.14.0"):
@@ -185,6 +182,9 @@ def test_the_npu_fix_never_replaces_the_users_torch(tmp_path, wheel):
     code, planned, said = dry_run(tmp_path, "2.14.1", [f"{DISTRIBUTION}[npu]"], index)
     assert code == 0 and "torch" not in planned and "torch_npu" not in planned, said  # the extra is gone
     assert "does not provide the extra 'npu'" in said
+    from transfer.profiles import PROFILES
+    from transfer.selection import install_hint
+
     for installed, has_match in (("2.14.1", False), ("2.14.0+cpu", True), ("2.13.0", True)):
         hint = install_hint(PROFILES["npu"], installed)
         command = shlex.split(hint.split(" (", 1)[0])
