@@ -1,5 +1,9 @@
 """``transfer-run [--device X] CMD ...`` and ``python -m transfer script.py``.
 
+``transfer-run train.py args`` (a ``.py`` file that exists, no ``python``) runs
+it with the interpreter transfer-run runs on, as ``python -m transfer train.py``
+does.
+
 transfer-run puts `transfer/bootstrap` (holding a sitecustomize.py) first on
 PYTHONPATH, sets TRANSFER_DEVICE and execs CMD, so every Python process the
 command starts (torchrun's workers, mp.spawn children) activates transfer when
@@ -37,7 +41,8 @@ def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) ->
 
 def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
-                                     "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off).")
+                                     "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off). A .py file "
+                                     "as the command runs with this Python.")
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
     parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
                         "rank, in DIR (sets TRANSFER_LOG)")
