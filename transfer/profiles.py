@@ -78,10 +78,10 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 vendor="Huawei Ascend",
                 package="torch_npu",
                 # {release}, {torch}: the installed torch's X.Y.Z and version (selection.install_hint)
-                install_hint="pip install \"torch_npu=={release}.*\" \"torch=={torch}\" (the torch_npu release "
-                "made for your torch {torch}; the torch pin keeps pip from replacing it: where no torch_npu "
-                "matches, pip says so, and `pip index versions torch_npu` lists the torch releases it has) "
-                "and Huawei's CANN toolkit (source /usr/local/Ascend/ascend-toolkit/set_env.sh)",
+                install_hint="pip install \"torch_npu=={release}.*\" \"torch=={torch}\" (the torch_npu made for "
+                "your torch; the pin keeps pip from replacing torch, and where there is none pip says so: "
+                "pip index versions torch_npu) and Huawei's CANN toolkit (source "
+                "/usr/local/Ascend/ascend-toolkit/set_env.sh)",
                 device_type="npu",
                 backend="hccl",
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
