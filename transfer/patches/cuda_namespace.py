@@ -22,6 +22,7 @@ import torch
 
 from .. import fastcalls, frames, support
 from ..errors import UnsupportedCudaAPI
+from ..selection import asking_for
 from ..likeness import _copy_function, alias_class
 
 # Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
@@ -318,7 +319,7 @@ def _unsupported_message(ctx, name: str, target_name: str) -> str:
     return (f"torch.cuda.{name} is not supported on {target_name}: {package} has no "
             f"equivalent. Remove the call, or guard it with `if torch.version.cuda:` (None under transfer, "
             f"as on a CPU build of torch); "
-            f"TRANSFER_DEVICE=off runs the script without translation.")
+            f"{asking_for('off')} runs the script without translation.")
 
 
 def _unsupported(ctx, name: str, target_name: str) -> Callable:
