@@ -161,8 +161,8 @@ def _rotate(arm, arms, on: str, off: str, cfg: Dict[str, Any], quick: bool, logd
         control.append(got["control"] / got[off])
     logged = sorted(os.listdir(logdir))
     shutil.rmtree(logdir, ignore_errors=True)
-    calllog.forget_process_log()  # its directory is gone: no exit summary naming it
-    if logged != [f"transfer-log-pid{os.getpid()}.jsonl"]:  # a process without a rank (yet): named by its pid
+    calllog.forget_process_log()  # its directory is gone (each uninstall already ended its log: nothing left)
+    if logged != ["transfer-log-rank0.jsonl"]:  # each uninstall completes the log of this rankless process as rank 0
         raise RuntimeError(f"the {on!r} arm wrote {logged} instead of one log file")
     record = C.ratio_record(times[on], times[off], ratios, TARGET, unit_scale=1e3)
     ctl = C.summary(control)

@@ -209,6 +209,35 @@ def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(i
     assert not hasattr(torch.nn.SyncBatchNorm.__init__, "__wrapped__")  # the watch on SyncBatchNorm is gone too
 
 
+# install with a log, one call, uninstall, then the log folder removed (pytest's tmp_path at session end)
+LOG_ENDS = """
+import shutil, sys
+import torch, transfer
+transfer.install("cpu")
+torch.zeros(1).cuda()
+transfer.uninstall()
+print("uninstalled", file=sys.stderr, flush=True)
+shutil.rmtree(sys.argv[1])
+"""
+
+
+def test_the_log_ends_with_uninstall_and_nothing_is_left_for_exit(tmp_path):
+    """Issue 24 item 8: the call-site log outlived uninstall(): with the folder removed, exit printed
+    "Exception ignored in atexit callback ... FileNotFoundError", and a test's log printed its summary
+    line at the end of the whole pytest session. The log ends with the install: file and summary then."""
+    directory = tmp_path / "log"
+    env = clean_env(TRANSFER_QUIET="1", TRANSFER_LOG=str(directory))
+    if not INSTALLED:
+        env["PYTHONPATH"] = ROOT
+    proc = subprocess.run([sys.executable, "-c", LOG_ENDS, str(directory)], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and not directory.exists(), proc.stderr
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    # the summary, once, at uninstall: before the line the script prints after it, none at exit
+    assert proc.stderr.splitlines() == [f"transfer: 1 CUDA-facing call site(s) logged in {directory}/"
+                                        "transfer-log-rank0.jsonl (1 translated)", "uninstalled"], proc.stderr
+
+
 @pytest.mark.slow  # an mp.spawn job
 def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summary(tmp_path):
     """Under mp.spawn the parent and both workers used to write transfer-log-rank0.jsonl, rank 0 in

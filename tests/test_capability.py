@@ -87,3 +87,30 @@ def test_vendor_capability_follows_the_hardware(vendor, extra, capability, bf16)
     else:
         assert proc.stderr.count("has no CUDA compute capability") == 1, proc.stderr
         assert f"transfer answers {capability}" in proc.stderr, proc.stderr
+
+
+# What a CUDA script does with the advice of every UnsupportedCudaAPI message (issue 24 item 1).
+GUARDED = """
+import torch
+print("version", torch.version.cuda)
+if torch.version.cuda:
+    torch.cuda.utilization()
+print("guarded call skipped")
+torch.cuda.utilization()
+"""
+
+
+@pytest.mark.compat  # the point is the CUDA builds of the compat matrix (2.0.1+cu117 ... 2.14.1+cu130)
+def test_torch_version_cuda_is_none_on_the_target_on_every_build_so_the_advised_guard_holds():
+    """torch.version.cuda names the CUDA toolkit torch was built with: None on a CPU build, '13.0' on
+    pip's default torch 2.14.1. Under transfer it is None on every target and build (README's table),
+    so `if torch.version.cuda:`, the guard every UnsupportedCudaAPI message advises, skips the call;
+    without transfer the build's own value is untouched."""
+    proc = python("-c", GUARDED, env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1"), check=False)
+    assert "version None" in proc.stdout and "guarded call skipped" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "UnsupportedCudaAPI" in proc.stderr  # the unguarded call raises, as advised
+    assert "guard it with `if torch.version.cuda:`" in proc.stderr
+    code = ("import torch, transfer\nbuilt = torch.version.cuda\ntransfer.install('cpu')\n"
+            "during = torch.version.cuda\ntransfer.uninstall()\nprint(built, during, torch.version.cuda is built)")
+    built, during, restored = python("-c", code, env=clean_env(TRANSFER_QUIET="1")).stdout.split()
+    assert (during, restored) == ("None", "True"), built  # built: the build's own value ('13.0', '12.1', None)

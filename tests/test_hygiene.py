@@ -309,6 +309,11 @@ def test_no_logging_configured_banner_and_warnings_reach_stderr_once():
     proc = python("-c", LOGGING_PROBE.format(configure=""), env=clean_env(TRANSFER_DEVICE="cpu"))
     assert proc.stderr.count("transfer: CUDA calls run on cpu") == 1
     assert proc.stderr.count("max_memory_allocated") == 1, proc.stderr
+    # issue 24: one short line; the detail (nccl -> gloo among it) on request, through what an unmodified
+    # script can use: TRANSFER_REPORT (not transfer.report(), which it cannot call)
+    (banner,) = [line for line in proc.stderr.splitlines() if line.startswith("transfer: CUDA calls run on cpu")]
+    assert banner == ("transfer: CUDA calls run on cpu (any CPU); float16 autocast runs as bfloat16; "
+                      "details: TRANSFER_REPORT=FILE"), banner
     assert "propagate True handlers 0 level 0" in proc.stdout  # nothing of the application's changed
 
 

@@ -98,6 +98,41 @@ def test_unknown_device_lists_choices():
         assert choice in message
 
 
+#: Every TRANSFER_* value that cannot work (issue 24 item 3): (variable, value, what the one line says).
+BAD_VALUES = [
+    ("TRANSFER_LOG", "{file}", "is a file, not a directory"),
+    ("TRANSFER_LOG", "/proc/transfer-nope", "cannot create the log directory"),
+    ("TRANSFER_REPORT", "{tmp}/no-such-folder/report.json", "does not exist"),
+    ("TRANSFER_REPORT", "{tmp}", "is a directory"),
+    ("TRANSFER_CPU_DEVICES", "two", "is not a device count"),
+    ("TRANSFER_CPU_DEVICES", "0", "is not a device count"),
+    ("TRANSFER_PLAN", "nup", "is not a target"),
+    ("TRANSFER_QUIET", "ture", "is not a yes/no value"),
+    ("TRANSFER_CPU_AMP_DTYPE", "half", "is not a choice"),
+    ("TRANSFER_DEVICE", "nup", "Did you mean 'npu'?"),
+]
+
+
+@pytest.mark.parametrize("name, value, said", BAD_VALUES, ids=[f"{n}={v}" for n, v, _ in BAD_VALUES])
+def test_every_bad_transfer_value_stops_the_install_with_one_line_naming_it(monkeypatch, tmp_path, name, value, said):
+    """One line naming the variable, the value and the fix; torch left untouched. TRANSFER_LOG=<a file>
+    used to raise FileExistsError from deep inside the install, TRANSFER_CPU_DEVICES=two was ignored
+    (2 devices), and TRANSFER_REPORT's missing folder raised at exit."""
+    (tmp_path / "t.log").write_text("")
+    value = value.format(file=tmp_path / "t.log", tmp=tmp_path)
+    transfer.uninstall()
+    monkeypatch.setenv("TRANSFER_QUIET", "1")
+    monkeypatch.setenv("TRANSFER_LOG", str(tmp_path / "log")) if name == "TRANSFER_PLAN" else None
+    monkeypatch.setenv(name, value)
+    before = torch.cuda.is_available
+    with pytest.raises(transfer.TransferError) as info:
+        transfer.install(None if name == "TRANSFER_DEVICE" else "cpu")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{name}={value!r}") and said in message, message
+    assert "unset" in message or "Choose one of" in message  # the fix
+    assert torch.cuda.is_available is before and not transfer.status()["active"]
+
+
 def test_off_installs_nothing():
     transfer.uninstall()
     before = {name: getattr(torch.cuda, name) for name in ("is_available", "device_count", "set_device")}

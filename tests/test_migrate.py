@@ -196,6 +196,35 @@ def test_docs_support_matrix_is_current():
     assert docs.main(["--check", "--output", path]) == 0
 
 
+def test_scan_without_a_device_is_one_short_line_per_finding():
+    """Issue 24: without --device each finding was a ~300-character line naming all four targets. Now the class
+    once for all, or per group of targets; what each becomes is --device's (or the CSV's)."""
+    text = cli("scan", os.path.join(EXAMPLES, "train_cuda.py")).stdout.splitlines()
+    findings = [line for line in text if line.startswith(os.path.join(EXAMPLES, "train_cuda.py"))]
+    assert len(findings) > 20 and max(len(line) - len(EXAMPLES) for line in findings) < 120, text
+    assert any(line.endswith("torch.cuda.synchronize: translated") for line in findings), text
+    assert any(line.endswith("torch.cuda.max_memory_allocated: translated (npu, sdaa, gcu), placeholder (cpu)")
+               for line in findings), text
+    assert text[-1] == "what each becomes, and why: transfer scan --device TARGET (or --format csv)"
+
+
+def test_docs_writes_only_into_a_checkout_or_where_told(tmp_path):
+    """Issue 24 item 9: `transfer docs` wrote ./docs/support-matrix.md into whatever directory it ran in.
+    It is a maintainer's command: elsewhere it refuses and says so; --output says where (with help)."""
+    refused = cli("docs", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "not a transfer checkout" in refused.stderr and "--output" in refused.stderr
+    assert os.listdir(tmp_path) == []
+    written = cli("docs", "--output", str(tmp_path / "matrix.md"), cwd=tmp_path)
+    assert written.returncode == 0 and os.listdir(tmp_path) == ["matrix.md"]
+    helped = cli("docs", "--help", cwd=tmp_path).stdout
+    assert re.search(r"--output FILE, -o FILE\s+the file to write", helped) or \
+        re.search(r"-o FILE, --output FILE\s+the file to write", helped), helped
+    overview = cli("--help", cwd=tmp_path).stdout
+    assert "(maintainers)" in overview and "transfer-run" in overview and "TRANSFER_DEVICE" in overview
+    assert "TRANSFER_LOG" in overview and "--version" in overview
+    assert cli("--version").stdout.startswith("transfer ")
+
+
 def test_port_safe_unsafe_idempotent_and_comments_kept():
     from transfer.migrate.port import port_source
 

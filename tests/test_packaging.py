@@ -8,6 +8,8 @@ The nox sessions run these against the installed wheel on every torch of the mat
 import glob
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -128,6 +130,73 @@ def test_pip_install_leaves_the_users_torch_in_place(tmp_path, wheel, torch_vers
     assert installed["torch"] == torch_version and DISTRIBUTION in installed
 
 
+def fake_wheel(folder, name: str, version: str, requires=()) -> str:
+    """A wheel holding only metadata (no code), for pip's resolver to choose from offline."""
+    path = os.path.join(str(folder), f"{name}-{version}-py3-none-any.whl")
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{info}/METADATA", metadata)
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def dry_run(tmp_path, installed_torch, requirements, index):
+    """What pip's resolver plans for `pip install REQUIREMENTS` over a fresh venv holding torch
+    `installed_torch`, offline with `index` as the only source: (returncode, {name: version}, output)."""
+    venv = tmp_path / f"venv-{installed_torch}-{len(os.listdir(tmp_path))}"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    fake_distribution(site, "torch", installed_torch)
+    report = venv / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                           "--dry-run", "--report", str(report), "--no-index", "--find-links", str(index),
+                           "--disable-pip-version-check", *requirements], capture_output=True, text=True, env=env)
+    planned = {}
+    if report.exists():
+        import json
+
+        planned = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.load(open(report))["install"]}
+    return proc.returncode, planned, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # four venvs and pip resolves, ~14 s
+def test_the_npu_fix_never_replaces_the_users_torch(tmp_path, wheel):
+    """Issue 24 item 2. torch_npu is released per torch release and requires exactly it (torch_npu 2.14.0:
+    `torch==2.14.0.*`, read on PyPI); there is none for torch 2.14.1. `pip install 'cuda-transfer[npu]'`,
+    the fix the npu error message printed, made pip swap a user's torch 2.14.1 for 2.14.0. Now there is no
+    such extra, and the command the message prints installs the torch_npu of the installed torch or fails
+    saying there is none; pip's resolver (offline, over these metadata-only wheels) never plans a torch."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for version in ("2.13.0", "2.14.0"):
+        fake_wheel(index, "torch", version)
+        fake_wheel(index, "torch_npu", version, [f"torch=={version}.*"])
+    fake_wheel(index, "wrapt", "1.16.0")
+    shutil.copy(wheel, index)
+    code, planned, said = dry_run(tmp_path, "2.14.1", [f"{DISTRIBUTION}[npu]"], index)
+    assert code == 0 and "torch" not in planned and "torch_npu" not in planned, said  # the extra is gone
+    assert "does not provide the extra 'npu'" in said
+    from transfer.profiles import PROFILES
+    from transfer.selection import install_hint
+
+    for installed, has_match in (("2.14.1", False), ("2.14.0+cpu", True), ("2.13.0", True)):
+        hint = install_hint(PROFILES["npu"], installed)
+        command = shlex.split(hint.split(" (", 1)[0])
+        assert command[:2] == ["pip", "install"], hint
+        code, planned, said = dry_run(tmp_path, installed, command[2:], index)
+        assert "torch" not in planned, (hint, said)  # never a swap
+        if has_match:
+            assert code == 0 and planned.get("torch_npu") == installed.split("+")[0], (hint, said)
+        else:
+            assert code != 0 and "torch_npu==2.14.1.*" in said, (hint, said)  # pip says there is none
+
+
 def test_the_distribution_is_ours_and_the_import_name_transfer(wheel):
     archive = zipfile.ZipFile(wheel)
     (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
@@ -135,7 +204,7 @@ def test_the_distribution_is_ours_and_the_import_name_transfer(wheel):
               if ": " in line]
     assert ["Name", DISTRIBUTION] in fields
     requires = [value for key, value in fields if key == "Requires-Dist"]
-    assert any(r.startswith("torch_npu") and "extra == \"npu\"" in r for r in requires), requires
+    assert not any(r.startswith("torch_npu") for r in requires), requires  # no [npu]: it would replace torch
     packages = {n.split("/")[0] for n in archive.namelist() if "/" in n and not n.split("/")[0].endswith(".dist-info")}
     assert packages == {"transfer"}
 

@@ -121,3 +121,47 @@ def test_vendor_without_devices_and_visible_devices_set_before_its_import(tmp_pa
     assert "torch_sdaa is installed but reports no sdaa device" in proc.stderr
     assert "TRANSFER_DEVICE=cpu" in proc.stderr
     assert probe.read_text() == "1,2"
+
+
+@pytest.mark.parametrize("where", ["a file", "/proc"])
+def test_a_bad_log_path_is_one_line_naming_the_variable_not_a_torch_traceback(tmp_path, where):
+    """Issue 24 item 3: TRANSFER_LOG naming a file, or a folder nobody can create, used to break
+    `import torch` with a traceback ending in torch's backend-autoload advice."""
+    if where == "a file":
+        path = tmp_path / "t.log"
+        path.write_text("")
+    else:
+        path = "/proc/transfer-nope"
+    proc = python("-c", "import torch", env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_LOG=str(path)), check=False)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"transfer: TRANSFER_LOG='{path}'"), proc.stderr
+    assert "directory you can write" in lines[0], proc.stderr  # the fix
+    assert "Traceback" not in proc.stderr and "TORCH_DEVICE_BACKEND_AUTOLOAD" not in proc.stderr
+
+
+def test_transfer_run_runs_a_python_file_without_python_and_points_transfer_run_out(tmp_path):
+    """Issue 24 item 4: `transfer-run train.py` said "No such file or directory" about a file that exists;
+    it runs it with the current interpreter, as `python -m transfer train.py` does. `transfer run x.py`
+    names transfer-run."""
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE + "\nimport sys\nprint('args', sys.argv[1:])\n")
+    proc = run([console_script("transfer-run"), "--device", "cpu", str(script), "--epochs", "1"],
+               env=clean_env(**NO_GPU))
+    assert "cuda True cpu" in proc.stdout and "args ['--epochs', '1']" in proc.stdout, proc.stdout + proc.stderr
+    wrong = run([console_script("transfer"), "run", str(script)], check=False)
+    assert wrong.returncode == 2 and "invalid choice" not in wrong.stderr
+    assert f"transfer-run [--device X] {script}" in wrong.stderr, wrong.stderr
+
+
+def test_transfer_run_device_errors_name_the_flag_and_the_closest_target():
+    """A typo of --device gets "did you mean" (TRANSFER_DEVICE's too: test_install.py); the messages of a
+    job started with --device name the flag the user typed, not TRANSFER_DEVICE."""
+    typo = run([console_script("transfer-run"), "--device", "nup", sys.executable, "-c", "pass"], check=False)
+    assert typo.returncode == 2 and "--device 'nup' is not a known target. Did you mean 'npu'?" in typo.stderr, \
+        typo.stderr
+    assert "TRANSFER_DEVICE" not in typo.stderr
+    missing = run([console_script("transfer-run"), "--device", "sdaa", sys.executable, "-c", "import torch"],
+                  check=False)
+    assert missing.returncode != 0 and "--device sdaa needs" in missing.stderr, missing.stderr
+    assert "To run on the CPU instead: --device cpu" in missing.stderr and "TRANSFER_DEVICE" not in missing.stderr

@@ -71,13 +71,12 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
 
     from . import selection
     from .errors import TransferError
-    from .switches import flag
+    from .switches import check_environment, flag
 
     with _lock:
         wanted = selection.requested(device)
-        strict = flag("TRANSFER_STRICT")  # bad values raise here, before anything is patched
-        flag("TRANSFER_QUIET")
-        flag("TRANSFER_NO_FASTCALLS")
+        check_environment()  # every TRANSFER_* value that cannot work raises here, before anything is patched
+        strict = flag("TRANSFER_STRICT")
         if _active is not None:
             if wanted not in ("auto", _active.profile.name):
                 raise TransferError(
@@ -301,13 +300,17 @@ def _say_once(message: str) -> None:
 
 
 def _banner(ctx) -> None:
+    """One short line per job (issue 24): the target, what computes otherwise than on CUDA, where the detail is.
+
+    What runs otherwise is always said (the bar: never silently); its long form, each translation
+    (nccl -> gloo among them) and every call site are the detail, on request: TRANSFER_REPORT=FILE
+    (JSON at exit, for a script left as it is), `transfer.report()`, TRANSFER_LOG=DIR.
+    """
     profile = ctx.profile
-    instead = "".join(f"; {what} runs as {how}" for what, how in ctx.substitutions.items())
-    _say_once(
-        f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}), nccl -> {profile.backend}{instead}; "
-        f"transfer.report() lists what was translated"
-    )
+    instead = "".join(f"; {what} runs as {how.split(' (')[0]}" for what, how in ctx.substitutions.items())
     path = os.environ.get("TRANSFER_REPORT")
+    detail = f"report at exit: {path}" if path else "details: TRANSFER_REPORT=FILE"
+    _say_once(f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}){instead}; {detail}")
     if path:
         import atexit
 
@@ -318,5 +321,11 @@ def _write_report(path: str) -> None:
     import json
 
     path = path.replace("{pid}", str(os.getpid())).replace("{rank}", os.environ.get("RANK", "0"))
-    with open(path, "w") as fh:
-        json.dump(status(), fh, indent=2, default=str)
+    try:
+        with open(path, "w") as fh:
+            json.dump(status(), fh, indent=2, default=str)
+    except OSError as exc:  # checked at install (switches.py); the folder went away since: one line at exit
+        import sys
+
+        sys.stderr.write(f"transfer: TRANSFER_REPORT={path!r} could not be written at exit ({exc}); "
+                         "set it to a file in a folder that exists until the program ends\n")

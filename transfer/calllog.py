@@ -136,7 +136,8 @@ class CallLog:
             self.sink.write(record)
 
     def close(self) -> None:
-        self.sink.flush()
+        """The end of the install (`transfer.uninstall`): this process's log ends with it (`_Sink.finish`)."""
+        self.sink.finish()
 
 
 class _Sink:
@@ -226,7 +227,27 @@ class _Sink:
         self._file.flush()
         os.remove(provisional)
 
+    def finish(self) -> None:
+        """End this process's log now, as at exit: `transfer.uninstall` takes the log with the patches.
+
+        The file gets its final name and is closed, the summary is printed by the process that prints
+        it, and nothing is left for exit (a log directory removed after uninstall, a pytest temporary
+        one, is never touched again). An install after it starts a new log (a new job).
+        """
+        atexit.unregister(self.at_exit)
+        if _Sink._current is self:
+            _Sink._current = None
+        self.at_exit()
+        if self.first and os.environ.get(_JOB_ENV) == self.job:
+            del os.environ[_JOB_ENV]
+
     def at_exit(self) -> None:
+        try:
+            self._end()
+        except OSError as exc:  # the directory went away or filled up: one line, never a traceback at exit
+            sys.stderr.write(f"transfer: the call-site log in {self.directory} could not be completed: {exc}\n")
+
+    def _end(self) -> None:
         with self._lock:
             if self.rank is None and self.name is None:
                 self.adopt_rank()

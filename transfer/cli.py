@@ -1,4 +1,4 @@
-"""The ``transfer`` console script: ``scan``, ``port``, ``docs``.
+"""The ``transfer`` console script: ``scan``, ``port``, ``docs`` (maintainers), ``--version``.
 
 Offline tools; none of them imports torch or the patches. Exit codes: scan 0
 (with --strict: 1 when anything is unsupported on the chosen profile(s)), port
@@ -8,16 +8,34 @@ Offline tools; none of them imports torch or the patches. Exit codes: scan 0
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
 from .profiles import PROFILES
 
 
+#: What `transfer --help` says after the subcommands: how to run a script, the variables, the log.
+RUNNING = """\
+to run an unmodified CUDA script on a target (not a subcommand of this tool):
+  transfer-run [--device cpu|npu|sdaa|gcu] python train.py ...   (or: transfer-run train.py ...)
+  transfer-run --device npu torchrun --nproc_per_node=8 train.py
+  TRANSFER_DEVICE=npu python train.py          (no launcher: the variable alone; auto, npu, sdaa, gcu, cpu, off)
+  python -m transfer [--device X] train.py      (or add `from transfer import auto as _` to the script)
+variables: TRANSFER_DEVICE (the target), TRANSFER_LOG=DIR (log every CUDA-facing call site; transfer-run --log DIR),
+  TRANSFER_REPORT=FILE (what was translated, as JSON at exit), TRANSFER_QUIET=1, TRANSFER_STRICT=1,
+  TRANSFER_DISABLE=NAME,...; the README lists them all."""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="transfer", description="Offline tool migration for CUDA PyTorch code "
-                                     "(transfer-run runs it on the target instead).")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="transfer", description="Offline tools for CUDA PyTorch code: scan it "
+                                     "for what each target does with its CUDA calls, or port it to a vendor's "
+                                     "own spellings.", epilog=RUNNING,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", "-V", action="version", version=f"%(prog)s {__version__} (cuda-transfer)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{scan,port,docs}")
     scan = sub.add_parser("scan", help="report every CUDA-facing use and what each target does with it")
     scan.add_argument("paths", nargs="+", metavar="PATH", help="Python files or directories")
     scan.add_argument("--device", "-d", choices=list(PROFILES), help="one target (default: every target side by side)")
@@ -45,9 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     _workers(port)
     port.add_argument("--main", "-m", metavar="FILE", help="the entry script: also write run_distributed_<device>.sh "
                       "that starts it on every device (torchrun, or python for spawn/single-process scripts)")
-    docs = sub.add_parser("docs", help="write docs/support-matrix.md from the support table")
-    docs.add_argument("--output", "-o")
-    docs.add_argument("--check", action="store_true")
+    docs = sub.add_parser("docs", help="(maintainers) regenerate docs/support-matrix.md in a transfer checkout",
+                          description="For maintainers of transfer: write docs/support-matrix.md of a transfer "
+                          "checkout from the support table (run it from the checkout's root), or another file "
+                          "with --output.")
+    docs.add_argument("--output", "-o", metavar="FILE", help="the file to write (default: docs/support-matrix.md "
+                      "of the transfer checkout in the current directory; refused elsewhere)")
+    docs.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is not what the "
+                      "table renders")
     return parser
 
 
@@ -58,7 +81,18 @@ def _workers(parser: argparse.ArgumentParser) -> None:
                         help="no progress bar on stderr (it shows on a terminal only, after half a second)")
 
 
+#: First words that mean "run this", which is transfer-run's job, not a subcommand of transfer.
+_RUN_WORDS = ("run", "python", "python3", "torchrun", "exec")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and (argv[0] in _RUN_WORDS or argv[0].endswith(".py")):
+        rest = " ".join(argv[1:] if argv[0] in ("run", "exec") else argv)
+        print(f"transfer: '{argv[0]}' is not a subcommand (scan, port, docs). To run a CUDA script on a target: "
+              f"transfer-run [--device X] {rest or 'python train.py'}  (or python -m transfer [--device X] "
+              f"script.py)", file=sys.stderr)
+        return 2
     args = _parser().parse_args(argv)
     try:
         if args.command == "scan":
@@ -70,7 +104,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     from .migrate import docs
 
-    return docs.main((["--output", args.output] if args.output else []) + (["--check"] if args.check else []))
+    output = args.output
+    if output is None:
+        if not _is_checkout(os.getcwd()):
+            print("transfer docs: the current directory is not a transfer checkout (no transfer/support.py, "
+                  "docs/ here). It regenerates docs/support-matrix.md for transfer's maintainers: run it from "
+                  "the checkout's root, or give --output FILE.", file=sys.stderr)
+            return 2
+        output = docs.DEFAULT_PATH
+    return docs.main(["--output", output] + (["--check"] if args.check else []))
+
+
+def _is_checkout(folder: str) -> bool:
+    """`folder` is the root of a transfer source checkout (where docs/support-matrix.md belongs)."""
+    return (os.path.isfile(os.path.join(folder, "transfer", "support.py"))
+            and os.path.isdir(os.path.join(folder, "docs")))
 
 
 def _scan(args) -> int:

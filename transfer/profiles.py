@@ -44,7 +44,7 @@ class Profile(NamedTuple):
     name: str  # what TRANSFER_DEVICE says
     vendor: str  # who makes it, for messages
     package: Optional[str]  # the Python package that plugs the device into torch
-    install_hint: str  # how a user gets that package
+    install_hint: str  # how a user gets that package ({torch}, {release}: see selection.install_hint)
     device_type: str  # torch.device(<device_type>, N)
     backend: str  # torch.distributed backend replacing nccl
     visible_devices_env: Optional[str]  # CUDA_VISIBLE_DEVICES equivalent
@@ -77,8 +77,11 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 name="npu",
                 vendor="Huawei Ascend",
                 package="torch_npu",
-                install_hint="pip install 'cuda-transfer[npu]' (torch_npu also needs the CANN toolkit: "
-                "source /usr/local/Ascend/ascend-toolkit/set_env.sh)",
+                # {release}, {torch}: the installed torch's X.Y.Z and version (selection.install_hint)
+                install_hint="pip install \"torch_npu=={release}.*\" \"torch=={torch}\" (the torch_npu made for "
+                "your torch; the pin keeps pip from replacing torch, and where there is none pip says so: "
+                "pip index versions torch_npu) and Huawei's CANN toolkit (source "
+                "/usr/local/Ascend/ascend-toolkit/set_env.sh)",
                 device_type="npu",
                 backend="hccl",
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",

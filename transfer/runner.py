@@ -1,5 +1,9 @@
 """``transfer-run [--device X] CMD ...`` and ``python -m transfer script.py``.
 
+``transfer-run train.py args`` (a ``.py`` file that exists, no ``python``) runs
+it with the interpreter transfer-run runs on, as ``python -m transfer train.py``
+does.
+
 transfer-run puts `transfer/bootstrap` (holding a sitecustomize.py) first on
 PYTHONPATH, sets TRANSFER_DEVICE and execs CMD, so every Python process the
 command starts (torchrun's workers, mp.spawn children) activates transfer when
@@ -21,6 +25,8 @@ import os
 import sys
 from typing import List, MutableMapping, Optional
 
+from .selection import FROM_FLAG_ENV
+
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
 
@@ -28,14 +34,15 @@ def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) ->
     """Set TRANSFER_DEVICE and PYTHONPATH in `env` for processes started from it."""
     from .selection import requested
 
-    env["TRANSFER_DEVICE"] = requested(device or env.get("TRANSFER_DEVICE"))
+    env["TRANSFER_DEVICE"] = requested(device or env.get("TRANSFER_DEVICE"), source="--device" if device else None)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *parts])
 
 
 def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
-                                     "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off).")
+                                     "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off). A .py file "
+                                     "as the command runs with this Python.")
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
     parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
                         "rank, in DIR (sets TRANSFER_LOG)")
@@ -71,6 +78,10 @@ def _parse(prog: str, command_help: str, usage: str, argv: Optional[List[str]]):
     except TransferError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return None
+    if args.device:  # the job's messages name the flag the user typed (selection.asking_for)
+        os.environ[FROM_FLAG_ENV] = "1"
+    else:
+        os.environ.pop(FROM_FLAG_ENV, None)
     return args
 
 
@@ -80,12 +91,23 @@ def main(argv: Optional[List[str]] = None) -> int:
                   "transfer-run [--device X] torchrun --nproc_per_node=2 train.py", argv)
     if args is None:
         return 2
+    command = args.command
+    if _is_python_script(command[0]):  # `transfer-run train.py`: run it as `python -m transfer train.py` does
+        command = [sys.executable, *command]
     try:
-        os.execvp(args.command[0], args.command)
+        os.execvp(command[0], command)
     except OSError as exc:
-        print(f"transfer-run: cannot run {args.command[0]!r}: {exc}", file=sys.stderr)
+        hint = ""
+        if command[0].endswith(".py"):
+            hint = f" (to run a Python script: transfer-run [--device X] python {command[0]} ...)"
+        print(f"transfer-run: cannot run {command[0]!r}: {exc.strerror or exc}{hint}", file=sys.stderr)
         return 127
     return 0  # not reached
+
+
+def _is_python_script(name: str) -> bool:
+    """A ``.py`` file that exists: transfer-run runs it with this interpreter (no `python` needed)."""
+    return name.endswith(".py") and os.path.isfile(name)
 
 
 def run_python(argv: Optional[List[str]] = None) -> int:

@@ -10,10 +10,12 @@ that imports without devices is skipped with a warning naming it.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 from typing import Callable, Optional, Tuple
 
@@ -26,16 +28,33 @@ logger = logging.getLogger("transfer")
 NATIVE_CUDA = "native-cuda"
 
 
-def requested(device: Optional[str] = None) -> str:
-    """The normalised request: the argument, else TRANSFER_DEVICE, else 'auto'."""
+def requested(device: Optional[str] = None, source: Optional[str] = None) -> str:
+    """The normalised request: the argument, else TRANSFER_DEVICE, else 'auto'.
+
+    A value that names no target raises `UnknownDeviceError` naming where it came from (`source`:
+    ``--device`` for transfer-run's flag; default TRANSFER_DEVICE), the closest choice and them all.
+    """
     value = device if device is not None else os.environ.get("TRANSFER_DEVICE", "")
     value = (value or AUTO).strip().lower()
     if value not in CHOICES:
+        close = difflib.get_close_matches(value, CHOICES, n=1, cutoff=0.5)
+        guess = f" Did you mean '{close[0]}'?" if close else ""
+        where = f"{source} {value!r}" if source and source.startswith("-") else f"{source or 'TRANSFER_DEVICE'}={value!r}"
         raise UnknownDeviceError(
-            f"TRANSFER_DEVICE={value!r} is not a known target. Choose one of: {', '.join(CHOICES)} "
+            f"{where} is not a known target.{guess} Choose one of: {', '.join(CHOICES)} "
             f"(auto picks the accelerator that is present; off disables transfer)."
         )
     return value
+
+
+#: Set by transfer-run in the job's environment when the target came from its --device flag: the
+#: messages then name the flag the user typed (``--device cpu``), not TRANSFER_DEVICE.
+FROM_FLAG_ENV = "_TRANSFER_DEVICE_FROM_FLAG"
+
+
+def asking_for(name: str) -> str:
+    """How the user asks for target `name`: ``--device npu`` under transfer-run's flag, else TRANSFER_DEVICE=npu."""
+    return f"--device {name}" if os.environ.get(FROM_FLAG_ENV) else f"TRANSFER_DEVICE={name}"
 
 
 Prepare = Callable[[Profile], Callable[[], None]]
@@ -78,17 +97,17 @@ def _import_vendor(profile: Profile) -> None:
     active = _privateuse1_name(torch)
     if active not in ("privateuseone", profile.device_type):
         raise VendorPackageMissing(
-            f"TRANSFER_DEVICE={profile.name} selects {profile.vendor}'s '{profile.device_type}' device, but "
+            f"{asking_for(profile.name)} selects {profile.vendor}'s '{profile.device_type}' device, but "
             f"this process already runs the '{active}' device plug-in; one process can use one. "
-            f"Set TRANSFER_DEVICE={active} (or auto)."
+            f"Use {asking_for(active)} (or auto)."
         )
     try:
         importlib.import_module(profile.package)
     except ImportError as exc:
         raise VendorPackageMissing(
-            f"TRANSFER_DEVICE={profile.name} needs {profile.vendor}'s PyTorch plug-in '{profile.package}', "
-            f"which cannot be imported ({exc}). To fix: {profile.install_hint}. "
-            f"To run on the CPU instead: TRANSFER_DEVICE=cpu."
+            f"{asking_for(profile.name)} needs {profile.vendor}'s PyTorch plug-in '{profile.package}', "
+            f"which cannot be imported ({exc}). To fix: {install_hint(profile)}. "
+            f"To run on the CPU instead: {asking_for('cpu')}."
         ) from exc
     module = getattr(torch, profile.device_type, None)
     count = module.device_count() if module is not None and module.is_available() else 0
@@ -97,8 +116,28 @@ def _import_vendor(profile: Profile) -> None:
         raise NoDeviceError(
             f"{profile.package} is installed but reports no {profile.device_type} device "
             f"(torch.{profile.device_type}.device_count() == 0). Check the driver and "
-            f"{visible} ({_shown(visible)}); TRANSFER_DEVICE=cpu runs on the CPU instead."
+            f"{visible} ({_shown(visible)}); {asking_for('cpu')} runs on the CPU instead."
         )
+
+
+def install_hint(profile: Profile, torch_version: Optional[str] = None) -> str:
+    """How to get `profile`'s plug-in without replacing the installed torch (issue 24 item 2).
+
+    torch_npu is released once per torch release and requires exactly it (torch_npu 2.14.0:
+    ``torch==2.14.0.*``), so an unpinned ``pip install torch_npu`` (or an extra) would swap a
+    torch 2.14.1 for 2.14.0. The command names the torch_npu matching the installed torch and pins
+    that torch: pip installs the match, or says there is none, and never replaces torch.
+    """
+    hint = profile.install_hint
+    if "{torch}" not in hint and "{release}" not in hint:
+        return hint
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    version = str(torch_version).split("+", 1)[0]
+    release = ".".join(re.match(r"\d+(\.\d+)*", version).group(0).split(".")[:3])
+    return hint.format(torch=version, release=release)
 
 
 def _shown(variable: str) -> str:
@@ -174,7 +213,7 @@ def _auto_refuses(broken) -> VendorPackageMissing:
     others = "".join(f" ({p.package} fails too: {_reason(e)})" for p, e in broken[1:])
     error = VendorPackageMissing(
         f"auto found {profile.vendor}'s PyTorch plug-in '{profile.package}' installed, but it cannot be "
-        f"imported: {_reason(exc)}{others}. Refusing to fall back to the CPU. To fix: {profile.install_hint}. "
+        f"imported: {_reason(exc)}{others}. Refusing to fall back to the CPU. To fix: {install_hint(profile)}. "
         f"To run on the CPU on purpose: TRANSFER_DEVICE=cpu (or transfer.install('cpu'))."
     )
     error.__cause__ = exc

@@ -136,7 +136,8 @@ HARMLESS: Mapping[str, Any] = {
 #: CAPABILITY_BF16 where the target's is_bf16_supported() is True, else
 #: CAPABILITY_FP16. A vendor's own numbering (torch_gcu's properties say 3.0) is
 #: not CUDA's and is not passed through. get_device_properties().major/minor
-#: answer the same; torch.version.cuda stays None (it names a CUDA toolkit).
+#: answer the same; torch.version.cuda is None on every target and torch build (it names a CUDA
+#: toolkit; patches/cuda_namespace.py).
 NATIVE_CAPABILITY_ENV: Mapping[str, str] = {"npu": "TORCH_NPU_DEVICE_CAPABILITY"}
 CAPABILITY_BF16 = (8, 0)  # Ampere-class: bf16 (A100's is the capability `>= (8, 0)` gates look for)
 CAPABILITY_FP16 = (7, 0)  # Volta-class: fp16 only
@@ -253,7 +254,7 @@ def _cuda_support(profile: str, name: str) -> Support:
             return Support(NOOP, "", f"missing on {home}; housekeeping, safe to skip (one warning)")
         return Support(PLACEHOLDER, repr(value), f"missing on {home}; a statistic, returns {value!r} (one warning)")
     return Support(UNSUPPORTED, "", f"{p.package or 'torch'} has no equivalent (raises UnsupportedCudaAPI); "
-                                    "remove it or guard it with `if torch.version.cuda:`")
+                                    "remove it or guard it with `if torch.version.cuda:` (None under transfer)")
 
 
 # ------------------------------------------------------------------ other APIs
@@ -372,7 +373,9 @@ OTHER_APIS: Tuple[_Row, ...] = (
     ("torch.cuda.OutOfMemoryError", TRANSLATED, "unchanged",
      "torch's own exception class (also torch.OutOfMemoryError), never replaced: `except "
      "torch.cuda.OutOfMemoryError` catches what torch raises when the target's allocator reports out of memory", {}),
-    ("torch.version.cuda", TRANSLATED, "unchanged", "stays None on a CPU build / the vendor build: not patched", {}),
+    ("torch.version.cuda", TRANSLATED, "None",
+     "None on every target and every torch build (a CUDA build's '13.0' too): it names a CUDA toolkit, "
+     "and `if torch.version.cuda:` is how code skips CUDA-only calls", {}),
 )
 
 # ------------------------------------------------------------------ third-party packages

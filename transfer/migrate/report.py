@@ -80,11 +80,23 @@ def as_text(result: ScanResult) -> str:
             (s,) = st.values()
             lines.append(f"{f.file}:{f.line}:{f.col}: {f.api}: {_describe(s)}" + (f" ({s.reason})" if s.reason else ""))
         else:
-            lines.append(f"{f.file}:{f.line}:{f.col}: {f.api}: " + " | ".join(f"{p}: {_describe(s)}" for p, s in st.items()))
+            lines.append(f"{f.file}:{f.line}:{f.col}: {f.api}: {_classes(st)}")
     for fail in result.failed:
         lines.append(f"{fail['file']}: skipped, could not be read: {fail['error']}")
     lines.append(summary(result))
+    if len(result.profiles) > 1 and result.findings:
+        lines.append("what each becomes, and why: transfer scan --device TARGET (or --format csv)")
     return "\n".join(lines) + "\n"
+
+
+def _classes(status: Dict[str, support.Support]) -> str:
+    """Several targets in one short phrase: ``translated``, or ``translated (npu, sdaa, gcu), placeholder (cpu)``."""
+    by_class: Dict[str, List[str]] = {}
+    for profile, entry in status.items():
+        by_class.setdefault(entry.cls, []).append(profile)
+    if len(by_class) == 1:
+        return next(iter(by_class))
+    return ", ".join(f"{cls} ({', '.join(profiles)})" for cls, profiles in by_class.items())
 
 
 def summary(result: ScanResult) -> str:

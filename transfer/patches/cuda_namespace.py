@@ -22,6 +22,7 @@ import torch
 
 from .. import fastcalls, frames, support
 from ..errors import UnsupportedCudaAPI
+from ..selection import asking_for
 from ..likeness import _copy_function, alias_class
 
 # Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
@@ -77,6 +78,22 @@ def apply(ctx) -> None:
             _register_stream_base(name, impl)
         ctx.registry.replace(f"cuda_namespace.{name}", cuda, name, impl)
     _patch_nvtx(ctx)
+    _hide_cuda_toolkit(ctx)
+
+
+def _hide_cuda_toolkit(ctx) -> None:
+    """``torch.version.cuda`` is None on every target, whatever torch build runs (issue 24 item 1).
+
+    It names the CUDA toolkit torch was built with: None on a CPU build and on the builds vendor
+    plug-ins sit on, ``'13.0'`` on pip's default (CUDA) torch. Code reads it to decide whether CUDA
+    binaries may be built or loaded, and `UnsupportedCudaAPI` advises guarding a CUDA-only call
+    with ``if torch.version.cuda:``; both hold only if it is None wherever the target is not CUDA,
+    so a CUDA build answers as a CPU build does. Asked on every build (the name is valid in
+    TRANSFER_DISABLE everywhere); replaced only where torch has a value; uninstall puts it back.
+    """
+    name = "cuda_namespace.version_cuda"
+    if ctx.registry.enabled(name) and torch.version.cuda is not None:
+        ctx.registry.replace(name, torch.version, "cuda", None)
 
 
 def _register_stream_base(name: str, cls: type) -> None:
@@ -300,8 +317,9 @@ def _noop(ctx, name: str, value: Any, target_name: str) -> Callable:
 def _unsupported_message(ctx, name: str, target_name: str) -> str:
     package = ctx.profile.package or "torch"
     return (f"torch.cuda.{name} is not supported on {target_name}: {package} has no "
-            f"equivalent. Remove the call, or guard it with `if torch.version.cuda:`; "
-            f"TRANSFER_DEVICE=off runs the script without translation.")
+            f"equivalent. Remove the call, or guard it with `if torch.version.cuda:` (None under transfer, "
+            f"as on a CPU build of torch); "
+            f"{asking_for('off')} runs the script without translation.")
 
 
 def _unsupported(ctx, name: str, target_name: str) -> Callable:
