@@ -11,6 +11,9 @@
     nox -s standins              every stand-in test (pytest -m standins: device checks, DDP, backend
                                  quirks, clean exit) on the oldest and newest torch a stand-in exists
                                  for (2.1.2, 2.14.1), or on the versions given after --
+    nox -s engines               the engine tests alone (tests/frameworks/test_engines_*.py, test_multinode.py:
+                                 DeepSpeed, FSDP, DTensor, DCP, multi-node) on the default torch, with the frameworks
+                                 and NVIDIA's variables as in `tests`; `nox -s results` then writes docs/engines.md
     nox -s quickstart            the README's quick start on a fresh environment with no torch, then
                                  `transfer port` from the installed wheel
     nox -s results               README's results table from the junit files of the runs (docs/results/), and
@@ -244,6 +247,22 @@ def tests(session: nox.Session) -> None:
     python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel, extra=framework_requirements())
     session.log("with " + " ".join(f"{k}={v}" for k, v in NVIDIA_ENV.items()))
     run_pytest(session, python, test_tree("tests"), wheel, "--durations=40", "tests", *session.posargs,
+               junit=junit_path(session, DEFAULT_TORCH), env=NVIDIA_ENV)
+
+
+#: The engine tests (issue 23), which docs/engines.md reports target by target.
+ENGINE_TESTS = ("tests/frameworks/test_engines_*.py", "tests/frameworks/test_multinode.py")
+
+
+@nox.session(venv_backend="none")
+def engines(session: nox.Session) -> None:
+    """The engine tests alone, as the full suite runs them (frameworks installed, NVIDIA's variables set), for
+    docs/engines.md (`nox -s results` after it); the full suite runs them too."""
+    wheel = build_wheel(session)
+    python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel, extra=framework_requirements())
+    tree = test_tree("engines")
+    files = sorted(os.path.relpath(f, tree) for pattern in ENGINE_TESTS for f in glob.glob(os.path.join(tree, pattern)))
+    run_pytest(session, python, tree, wheel, "--durations=20", *files, *session.posargs,
                junit=junit_path(session, DEFAULT_TORCH), env=NVIDIA_ENV)
 
 

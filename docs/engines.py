@@ -3,8 +3,8 @@
 Issue 23: each distributed engine (DeepSpeed, FSDP, DTensor, DCP, multi-node launch, ...) on each target,
 with what transfer does there and whether the tests that prove it passed. Rows are ENGINES below: the
 "what transfer does" text is kept here, in one place, and each row names the test functions that prove it.
-A cell's outcome comes from the newest recorded full-suite run (docs/results/tests-torch-*.xml, copied there
-by `nox -s results`), so the table cannot claim what was not run: a test id ``test_<what>[<params>]`` counts
+A cell's outcome comes from the newest recorded run of the full suite or of `nox -s engines` (docs/results/
+tests-torch-*.xml or engines-torch-*.xml, copied there by `nox -s results`), so the table cannot claim what was not run: a test id ``test_<what>[<params>]`` counts
 for the target named among its ``-``-separated parameters (``test_zero3[npu]``,
 ``test_accelerate_launch_two_machines[cpu]``, ``test_a_killed_rank_...[gcu-torchrun]``).
 
@@ -99,9 +99,15 @@ ENGINES: List[Engine] = [
 ]
 
 
+#: The sessions whose junit files hold the engines' tests: the full suite (`nox -s tests`) and the engines'
+#: own session (`nox -s engines`, the same tests alone, for a table recorded without a 40-minute full run).
+SESSIONS = ("tests", "engines")
+
+
 def newest_full_run(found) -> Optional["results.Run"]:
-    full = [r for r in found if r.session == "tests"]
-    return max(full, key=lambda r: (r.date, results.version_key(r.torch))) if full else None
+    """The newest recorded run of SESSIONS (a later date wins; on the same date the full suite)."""
+    full = [r for r in found if r.session in SESSIONS]
+    return max(full, key=lambda r: (r.date, r.session == "tests", results.version_key(r.torch))) if full else None
 
 
 def targets_of(test_id: str, test: str) -> List[str]:
@@ -134,7 +140,8 @@ def table(found) -> str:
         cells = [f"{outcome(run, engine, t)}<br>{engine.text(t)}" for t in TARGETS]
         lines.append(f"| {engine.label} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append(f"Outcomes from the full suite on torch {run.torch} / Python {run.python} (`nox -s tests`, {run.date}); "
+    what = "the full suite" if run.session == "tests" else "the engines' tests"
+    lines.append(f"Outcomes from {what} on torch {run.torch} / Python {run.python} (`nox -s {run.session}`, {run.date}); "
                  f"tests: " + ", ".join(sorted({f'`{t}`' for e in ENGINES for t in e.tests})) + ".")
     return "\n".join(lines)
 

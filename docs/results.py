@@ -39,6 +39,7 @@ NAME = re.compile(r"^(?P<session>[a-z_]+)-torch-(?P<torch>[0-9][0-9.]*)\.xml$")
 SUITES = {"tests": ("full suite, NVIDIA's container variables set", "nox -s tests"),
           "compat": ("compat suite (`-m compat`)", "nox -s compat -- {torch}"),
           "standins": ("stand-in tests (`-m standins`)", "nox -s standins -- {torch}"),
+          "engines": ("engine tests (DeepSpeed, FSDP, DTensor, DCP, multi-node: docs/engines.md)", "nox -s engines"),
           "gpu": ("full suite on an NVIDIA GPU, in NVIDIA's container", "python -m pytest tests"),
           "fast": ("fast tier (`-m 'not slow'`)", "nox -s fast"),
           "nvidia_env": ("fast tier, NVIDIA's variables set", "nox -s nvidia_env")}

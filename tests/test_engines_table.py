@@ -43,3 +43,22 @@ def test_a_test_id_counts_for_the_target_among_its_parameters():
 
 def test_the_engines_page_is_what_the_recorded_runs_say():
     assert engines.check() == [], "run `nox -s results` (docs/engines.md was edited or docs/results changed)"
+
+
+def test_the_table_reads_the_newest_run_of_the_full_suite_or_the_engines_session(tmp_path, monkeypatch):
+    """`nox -s engines` records the engines' tests without a full run: a newer engines run wins over an older
+    full run, and a full run of the same date wins over it."""
+    (tmp_path / "tests-torch-2.13.0.xml").write_text(JUNIT)
+    (tmp_path / "engines-torch-2.13.0.xml").write_text(JUNIT.replace("2026-11-26T", "2026-11-27T").replace(
+        '<testcase classname="test_engines" name="test_zero3[npu]" time="1"><failure message="boom">x</failure>'
+        '</testcase>', '<testcase classname="test_engines" name="test_zero3[npu]" time="1"/>'))
+    (tmp_path / "compat-torch-2.14.1.xml").write_text(JUNIT.replace("2026-11-26T", "2026-11-28T"))
+    monkeypatch.setattr(engines, "ENGINES", [ROW])
+    lines = engines.table(results.runs(str(tmp_path))).splitlines()
+    assert lines[2].split(" | ")[2].startswith("passes (2 tests)"), lines[2]  # the engines run, not compat's
+    assert "the engines' tests" in lines[-1] and "`nox -s engines`, 2026-11-27" in lines[-1], lines[-1]
+    (tmp_path / "engines-torch-2.13.0.xml").write_text(JUNIT.replace(
+        '<testcase classname="test_engines" name="test_zero3[npu]" time="1"><failure message="boom">x</failure>'
+        '</testcase>', '<testcase classname="test_engines" name="test_zero3[npu]" time="1"/>'))
+    lines = engines.table(results.runs(str(tmp_path))).splitlines()
+    assert "the full suite" in lines[-1] and "**fails**" in lines[2], lines  # same date: the full suite wins
