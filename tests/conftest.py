@@ -82,6 +82,8 @@ def install_cpu(monkeypatch):
         return transfer.install("cpu")
 
     yield install
+    if transfer.status().get("device") == "cpu":
+        torch.cuda.set_device(0)  # the next test starts on device 0, as a new process does (a test may leave 1)
     transfer.uninstall()
 
 
