@@ -17,11 +17,12 @@ This area decides instead, per target, when DeepSpeed asks for the first time
   CANN's ``set_env.sh`` sets on every Ascend host; where it is unset DeepSpeed
   dies with ``KeyError: 'ASCEND_HOME_PATH'``: transfer raises `CannNotSourced`
   naming set_env.sh instead.
-* cpu: DeepSpeed's CPU accelerator (as ``DS_ACCELERATOR=cpu``): device ``cpu``,
-  gloo, and DeepSpeed's own C++ CPU kernels for FusedAdam / DeepSpeedCPUAdam,
-  JIT-built with the host's C++ compiler on first use.
-* a vendor DeepSpeed has no accelerator for (gcu): `target_accelerator`,
-  DeepSpeed's CUDA accelerator under the target's device type and backend; its
+* the cpu target and a vendor DeepSpeed has no accelerator for (gcu):
+  `target_accelerator`, DeepSpeed's CUDA accelerator (the CUDA code paths the
+  script takes on CUDA, answered by the target) under the target's device type
+  and backend (``cpu``/gloo, ``gcu:N``/eccl). Not DeepSpeed's CPU accelerator on
+  the cpu target: that one takes CPU-only paths and JIT-builds C++ ops (shm_comm,
+  fused_adam) at start, minutes on a small machine. Its
   FusedAdam op (``multi_tensor_adam``) is served by transfer with DeepSpeed's
   update rule (transfer/thirdparty/_multi_tensor.py, shared with apex's
   amp_C); the host-side optimizers (DeepSpeedCPUAdam, ...) use DeepSpeed's CPU
@@ -77,26 +78,26 @@ def _choosing(ctx, original):
 
 def accelerator_for(ctx):
     """The DeepSpeed accelerator for a target without one of DeepSpeed's vendor accelerators."""
-    if ctx.profile.is_cpu:
-        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
-
-        logger.info("transfer: DeepSpeed uses its CPU accelerator on the cpu target (as DS_ACCELERATOR=cpu)")
-        return CPU_Accelerator()
     logger.info("transfer: DeepSpeed uses its CUDA accelerator on %s devices (%s)", ctx.profile.device_type,
                 ctx.profile.backend)
-    return target_accelerator(ctx.profile.device_type, ctx.profile.backend)
+    return target_accelerator(ctx.profile.device_type, ctx.profile.backend, indexed=not ctx.profile.is_cpu)
 
 
-def target_accelerator(device_type: str, backend: str):
+def target_accelerator(device_type: str, backend: str, indexed: bool = True):
     """DeepSpeed's CUDA accelerator naming `device_type` devices and the `backend` collectives.
 
     torch.cuda calls DeepSpeed makes through it already reach the target (transfer's
-    cuda_namespace); what changes is every answer that names a device or a backend, so that
-    DeepSpeed compares like with like (``p.device == torch.device(current_device_name())``),
-    and the FusedAdam op builder, whose CUDA kernel is served (`FusedAdamOp`).
+    cuda_namespace, the cpu runtime on the cpu target); what changes is every answer that names a
+    device or a backend, so that DeepSpeed compares like with like (``p.device ==
+    torch.device(current_device_name())``), and the FusedAdam op builder, whose CUDA kernel is
+    served (`FusedAdamOp`). `indexed` False (the cpu target): names carry no index, as host
+    tensors' devices carry none (``torch.device('cpu:1') != torch.device('cpu')``).
     """
     import torch
     from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
+
+    def name(index):
+        return device_type if index is None or not indexed else f"{device_type}:{index}"
 
     class TargetAccelerator(CUDA_Accelerator):
         def __init__(self):
@@ -105,13 +106,13 @@ def target_accelerator(device_type: str, backend: str):
             self._communication_backend_name = backend
 
         def device_name(self, device_index=None):
-            return device_type if device_index is None else f"{device_type}:{device_index}"
+            return name(device_index)
 
         def device(self, device_index=None):
-            return torch.device(device_type, device_index)
+            return torch.device(name(device_index))
 
         def current_device_name(self):
-            return f"{device_type}:{torch.cuda.current_device()}"
+            return name(torch.cuda.current_device())
 
         def on_accelerator(self, tensor):
             return tensor.device.type == device_type

@@ -12,6 +12,7 @@ OUT_DIR/result-<rank>.json; rank 0 also writes OUT_DIR/gathered.pt (the full tra
 """
 
 import argparse
+import inspect
 import json
 import os
 
@@ -102,16 +103,18 @@ def main():
             steps += 1
     hidden_forwards = model.hidden_forwards
 
-    engine.eval()
-    with torch.no_grad():
-        accuracy = (engine(x.to(engine.device).to(dtype)).argmax(1).cpu() == y).float().mean().item()
-    engine.train()
-
     # ZeRO-3: what each rank holds between steps.
     partition_numel = sum(p.ds_tensor.numel() for p in model.parameters()) if stage == 3 else None
     resident_numel = sum(p.data.numel() for p in model.parameters())
     total_numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     partition_devices = sorted({str(p.ds_tensor.device) for p in model.parameters()}) if stage == 3 else None
+    zero = engine.optimizer
+    masters = getattr(zero, "fp32_partitioned_groups_flat", None) or getattr(zero, "single_partition_of_fp32_groups")
+
+    engine.eval()
+    with torch.no_grad():
+        accuracy = (engine(x.to(engine.device).to(dtype)).argmax(1).cpu() == y).float().mean().item()
+    engine.train()
 
     trained = gathered(model)
     ckpt = os.path.join(args.out_dir, "ckpt")
@@ -139,8 +142,9 @@ def main():
                      local_rank=args.local_rank, env_local_rank=int(os.environ["LOCAL_RANK"]),
                      param_dtypes=sorted({str(p.dtype) for p in model.parameters()}),
                      optimizer=type(optimizer).__name__, optimizer_step=_step_function(optimizer),
-                     master_devices=sorted({str(t.device) for g in optimizer.param_groups for t in g["params"]}),
-                     loss_scale=float(engine.optimizer.cur_scale) if hasattr(engine.optimizer, "cur_scale") else None,
+                     master_devices=sorted({str(t.device) for t in masters}),
+                     master_dtypes=sorted({str(t.dtype) for t in masters}),
+                     loss_scale=float(zero.loss_scale) if dtype == torch.float16 else None,
                      partition_numel=partition_numel, resident_numel=resident_numel, total_numel=total_numel,
                      partition_devices=partition_devices, steps=steps, hidden_forwards=hidden_forwards,
                      first_loss=losses[0], last_loss=losses[-1], moved=moved, loaded_equal=loaded_equal,
@@ -149,12 +153,13 @@ def main():
 
 def _step_function(optimizer):
     """Where the optimizer's update is computed: the op module's function it calls."""
-    for attr in ("multi_tensor_adam", "ds_opt_adam"):
-        fn = getattr(optimizer, attr, None)
-        if fn is not None:
-            owner = getattr(fn, "__module__", None) or getattr(fn, "__name__", "")
-            return f"{owner}.{getattr(fn, '__qualname__', getattr(fn, '__name__', attr))}"
-    return type(optimizer).__module__
+    fn = getattr(optimizer, "multi_tensor_adam", None)
+    if fn is None and getattr(optimizer, "ds_opt_adam", None) is not None:
+        fn = optimizer.ds_opt_adam.adam_update
+    if fn is None:
+        return type(optimizer).__module__
+    name = fn.__qualname__ if inspect.isfunction(fn) else fn.__name__  # a C++ op's qualname is pybind11's
+    return f"{fn.__module__}.{name}"
 
 
 if __name__ == "__main__":
