@@ -14,8 +14,8 @@ Two 2-rank jobs per target, each launched the way DeepSpeed's tutorials launch i
   cpu_adam op) and fp16 with its dynamic loss scaler.
 
 Which DeepSpeed accelerator each target gets (transfer/patches/deepspeed.py): npu and sdaa DeepSpeed's
-own (its probe finds the plug-in), cpu DeepSpeed's CPU accelerator, gcu (DeepSpeed has none) DeepSpeed's
-CUDA accelerator under gcu's names with transfer's FusedAdam op. Asserted from outside, from the result
+own (its probe finds the plug-in); cpu and gcu (DeepSpeed has none for gcu) DeepSpeed's CUDA accelerator
+under the target's names (``cpu``/gloo, ``gcu:N``/eccl) with transfer's FusedAdam op. Asserted from outside, from the result
 files: exit 0, both ranks finished, parameters on the target device, the real backend, collectives on
 each rank's own device (stand-ins' statistics), the model learned, which accelerator and which Adam
 kernel ran, ZeRO-3's partitions really sharded (each rank holds half), the checkpoint reloads exactly and
@@ -23,9 +23,10 @@ converts to the fp32 weights the bf16 parameters round from, and the trained wei
 dtype's precision) those of the same job run by DeepSpeed on its CPU accelerator without transfer
 (``DS_ACCELERATOR=cpu``: gloo, DeepSpeed's C++ CPU kernels; no oneCCL needed).
 
-DeepSpeed JIT-builds its C++ CPU ops (fused_adam, cpu_adam, shm_comm) with the host compiler on first
-use, minutes on these machines: the jobs share one torch-extensions folder per builder flavour under
-``~/.cache/transfer-tests/`` (torch rebuilds when sources or flags change), so a machine pays once.
+DeepSpeed JIT-builds its C++ CPU ops with the host compiler on first use (cpu_adam for offload; the
+reference's CPU accelerator also fused_adam and shm_comm), minutes each on these machines: the jobs share
+one torch-extensions folder per builder flavour under ``~/.cache/transfer-tests/`` (torch rebuilds when
+sources or flags change), so a machine pays once.
 
 Not run here: ZeRO-2 offload on the npu stand-in. DeepSpeed's NPU cpu_adam builder compiles against
 CANN (``$ASCEND_HOME_PATH/include``, ``-lascendcl``, ``-ltorch_npu``), which only a real Ascend host has.
@@ -47,7 +48,7 @@ TARGETS = ["cpu", "npu", "sdaa", "gcu"]
 
 # DeepSpeed's accelerator on each target, and the function its FusedAdam calls.
 ACCELERATOR = {"cpu": "cpu", "npu": "npu", "sdaa": "sdaa", "gcu": "gcu"}
-FUSED_ADAM = {"cpu": "fused_adam.multi_tensor_adam",  # DeepSpeed's C++ CPU kernel, built here
+FUSED_ADAM = {"cpu": "transfer.patches.deepspeed.FusedAdamOp.multi_tensor_adam",
               "npu": "deepspeed.ops.op_builder.npu.fused_adam.NPUFusedAdam.multi_tensor_adam",  # torch._fused_adamw_
               "sdaa": "deepspeed.ops.op_builder.sdaa.fused_adam.SDAAFusedAdam.multi_tensor_adam",  # torch.ops.sdaa
               "gcu": "transfer.patches.deepspeed.FusedAdamOp.multi_tensor_adam"}

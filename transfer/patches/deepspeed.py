@@ -122,7 +122,6 @@ def target_accelerator(device_type: str, backend: str, indexed: bool = True):
                 super()._lazy_init_class_dict()
                 self.class_dict["FusedAdamBuilder"] = served_fused_adam_builder()
 
-    TargetAccelerator.__name__ = TargetAccelerator.__qualname__ = f"{device_type.upper()}_Accelerator"
     return TargetAccelerator()
 
 
