@@ -28,6 +28,9 @@ reference's CPU accelerator also fused_adam and shm_comm), minutes each on these
 one torch-extensions folder per builder flavour under ``~/.cache/transfer-tests/`` (torch rebuilds when
 sources or flags change), so a machine pays once.
 
+Also accelerate's DeepSpeed plugin (``accelerate launch --config_file`` with ``distributed_type: DEEPSPEED``,
+ZeRO-3) on cpu and npu.
+
 Not run here: ZeRO-2 offload on the npu stand-in. DeepSpeed's NPU cpu_adam builder compiles against
 CANN (``$ASCEND_HOME_PATH/include``, ``-lascendcl``, ``-ltorch_npu``), which only a real Ascend host has.
 """
@@ -192,3 +195,18 @@ def test_deepspeed_npu_builder_without_cann_names_set_env(tmp_path):
     assert proc.returncode != 0
     assert "CannNotSourced" in proc.stderr and "set_env.sh" in proc.stderr, proc.stderr[-3000:]
     assert "KeyError" not in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("target", ["cpu", "npu"])
+def test_accelerate_launch_deepspeed_plugin_zero3(target, tmp_path):
+    """accelerate's DeepSpeed plugin (``accelerate launch --config_file`` with ``distributed_type: DEEPSPEED``,
+    ZeRO-3) over the same classifier script as the DDP jobs: accelerate wraps the model in DeepSpeed's engine,
+    which trains over the target's backend on the target's devices."""
+    from conftest import free_port
+
+    _require("accelerate")
+    _require("deepspeed")
+    job = DeepSpeedJob(target, tmp_path).run([
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", script("accelerate_deepspeed_zero3.yaml"),
+        "--main_process_port", str(free_port()), script("accelerate_train.py"), os.path.join(str(tmp_path), "out")])
+    check(job, distributed_type="DistributedType.DEEPSPEED", model_class="DeepSpeedEngine")
