@@ -210,3 +210,17 @@ def test_accelerate_launch_deepspeed_plugin_zero3(target, tmp_path):
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", script("accelerate_deepspeed_zero3.yaml"),
         "--main_process_port", str(free_port()), script("accelerate_train.py"), os.path.join(str(tmp_path), "out")])
     check(job, distributed_type="DistributedType.DEEPSPEED", model_class="DeepSpeedEngine")
+
+
+@pytest.mark.parametrize("target", ["cpu", "npu"])
+def test_transformers_trainer_deepspeed_zero3(target, tmp_path):
+    """The transformers Trainer with a DeepSpeed ZeRO-3 config (``deepspeed=``, DeepSpeed's AdamW with the
+    Trainer's "auto" values) on a tiny GPT-2 with tied embeddings, under torchrun."""
+    from test_frameworks import torchrun
+
+    _require("transformers")
+    _require("deepspeed")
+    job = torchrun(DeepSpeedJob(target, tmp_path), "transformers_deepspeed_train.py")
+    results = check(job, min_accuracy=0.8, wrapper="DeepSpeedEngine", zero_stage=3)
+    for r in results.values():
+        assert r["tied"] and r["tied_storage"], f"GPT-2's tied embeddings came apart: {r}"
