@@ -29,7 +29,7 @@ one torch-extensions folder per builder flavour under ``~/.cache/transfer-tests/
 sources or flags change), so a machine pays once.
 
 Also accelerate's DeepSpeed plugin (``accelerate launch --config_file`` with ``distributed_type: DEEPSPEED``,
-ZeRO-3) on cpu and npu.
+ZeRO-3) and the transformers Trainer with a ZeRO-3 ``deepspeed=`` config, on cpu and npu.
 
 Not run here: ZeRO-2 offload on the npu stand-in. DeepSpeed's NPU cpu_adam builder compiles against
 CANN (``$ASCEND_HOME_PATH/include``, ``-lascendcl``, ``-ltorch_npu``), which only a real Ascend host has.
