@@ -71,6 +71,26 @@ ENGINES: List[Engine] = [
             "npu": "accelerate's own Ascend path (npu:<rank>); shards half per rank, all-gathers on each rank's device",
             "sdaa": "accelerate's own sdaa path (sdaa:<rank>); shards half per rank, all-gathers on each rank's device",
             "gcu": "accelerate's CUDA path on gcu:<rank>; shards half per rank, all-gathers on each rank's device"}),
+    Engine("DeepSpeed ZeRO-3 as documented: `\"optimizer\": {\"type\": \"AdamW\"}` (FusedAdam), bf16, `zero.Init`, "
+           "`GatheredParameters`, activation checkpointing, the `deepspeed` launcher, save/load, zero_to_fp32",
+           ("test_deepspeed_zero3_fused_adamw_bf16_checkpointing",),
+           {"cpu": "DeepSpeed's CUDA accelerator under the cpu target's names (gloo); FusedAdam served by transfer with "
+                   "DeepSpeed's multi_tensor_adam rule; weights equal DeepSpeed's CPU accelerator without transfer",
+            "npu": "DeepSpeed's own NPU accelerator (hccl), its NPUFusedAdam; without CANN's set_env.sh a "
+                   "CannNotSourced error naming it",
+            "sdaa": "DeepSpeed's own SDAA accelerator (tccl), torch.ops.sdaa.fused_adam",
+            "gcu": "DeepSpeed's CUDA accelerator under gcu's names (eccl); FusedAdam served by transfer"}),
+    Engine("DeepSpeed ZeRO-2 with `offload_optimizer: {device: cpu}` (DeepSpeedCPUAdam) and fp16 with its loss scaler",
+           ("test_deepspeed_zero2_offload_optimizer_cpu_fp16",),
+           {"*": "DeepSpeedCPUAdam is DeepSpeed's C++ CPU kernel, JIT-built as on CUDA; `record_stream` with a CUDA "
+                 "stream does nothing on the cpu target; weights equal the run without transfer to fp16's precision",
+            "npu": "not tested: DeepSpeed's NPU cpu_adam builder compiles against CANN (a real Ascend host only)"}),
+    Engine("accelerate's DeepSpeed plugin: `accelerate launch --config_file` (`distributed_type: DEEPSPEED`, ZeRO-3)",
+           ("test_accelerate_launch_deepspeed_plugin_zero3",),
+           {"*": "DistributedType.DEEPSPEED, DeepSpeedEngine on the target's devices and backend, as for ZeRO-3 above"}),
+    Engine("transformers `Trainer` with `--deepspeed ds_config.json` (ZeRO-3, DeepSpeed's AdamW)",
+           ("test_transformers_trainer_deepspeed_zero3",),
+           {"*": "DeepSpeedEngine at ZeRO stage 3 on the target's devices and backend; tied embeddings stay tied"}),
     Engine("Multi-node DDP, `torchrun --nnodes=2 --rdzv_backend=c10d` (2 nodes x 2 ranks)",
            ("test_torchrun_two_nodes_c10d_rendezvous",),
            {"cpu": "nccl -> gloo; NCCL_SOCKET_IFNAME -> GLOO_SOCKET_IFNAME (NCCL's selection -> one interface name); "

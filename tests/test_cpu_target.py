@@ -407,3 +407,15 @@ def test_compiled_is_cuda_matches_eager_and_recompiles_after_uninstall(cpu_targe
     # Stock torch again: a CPU tensor is not CUDA, and the code compiled under
     # the shim (with its answer baked in) is gone.
     assert not x.is_cuda and compiled(x)[0] == -1
+
+
+def test_record_stream_with_a_cuda_stream_is_accepted(cpu_target):
+    """Tensor.record_stream(torch.cuda stream) of a device tensor, as DeepSpeed's ZeRO does before freeing a
+    buffer: accepted (CUDA's allocator would only hold the block until the stream's work is done); a stream
+    torch itself cannot take still raises torch's error. Stock torch refuses the cuda stream object."""
+    x = torch.ones(3).cuda()
+    assert x.record_stream(torch.cuda.current_stream()) is None
+    assert x.record_stream(torch.cuda.Stream()) is None
+    assert torch.equal(x, torch.ones(3))
+    with pytest.raises((TypeError, RuntimeError)):
+        x.record_stream("not a stream")

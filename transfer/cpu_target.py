@@ -16,7 +16,8 @@ cuda_namespace  the runtime reads ``'cuda:N'`` itself (virtual indices) and    p
                 has CUDA's device properties; messages say "the cpu target"  `NAME`
 tensor          a move naming CUDA copies (``.to``, ``.cuda``), as CUDA      ``copy_moves`` in
                 copies host memory to the device; ``pin_memory()`` copies    patches/_calls.py,
-                without pinning; ``is_cuda`` is ``is_cpu``                  `pin_memory`
+                without pinning; ``is_cuda`` is ``is_cpu``;                  `pin_memory`,
+                ``record_stream(torch.cuda stream)`` does nothing             `record_stream`
 module          Module.to keeps the CUDA device for Tensor.to, which copies  `module_to`
 factories       ``as_tensor`` / ``asarray`` with a CUDA device copy; random  `copying_factory`,
                 factories with one draw from the device's generator          patches/rng.py
@@ -69,6 +70,20 @@ def pin_memory(native: Callable) -> Callable:
         return clone(self)
 
     return _finish(pin_memory, native, "pin_memory")
+
+
+def record_stream(native: Callable) -> Callable:
+    """Tensor.record_stream with a ``torch.cuda`` stream: nothing to do, as CUDA's caching allocator
+    only holds the block until the stream's queued work is done, and the cpu target's work is done
+    when it is queued. Any other stream goes to torch (which refuses a CUDA stream for a host tensor)."""
+    from .cpu_runtime import Stream
+
+    def record_stream(self, stream):
+        if isinstance(stream, Stream):
+            return None
+        return native(self, stream)
+
+    return _finish(record_stream, native, "record_stream")
 
 
 def module_to(ctx, original: Callable) -> Callable:

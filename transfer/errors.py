@@ -24,3 +24,7 @@ class UnsupportedCudaAPI(TransferError, NotImplementedError):
 class ConflictError(TransferError, ImportError):
     """Another patcher of torch (a second copy of transfer, torch_npu's transfer_to_npu) is active
     in this process; the message says which one to remove."""
+
+
+class CannNotSourced(TransferError):
+    """Ascend software that needs CANN's environment (ASCEND_HOME_PATH, set by set_env.sh) ran without it."""

@@ -50,7 +50,8 @@ BACKEND = {"cpu": "gloo", "npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}
 ACCELERATE_TYPE = {"cpu": "MULTI_GPU", "npu": "MULTI_NPU", "sdaa": "MULTI_SDAA", "gcu": "MULTI_GPU"}
 MMENGINE_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "cuda", "gcu": "cuda"}
 TRANSFORMERS_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}  # accelerate's choice
-DEEPSPEED_DEVICE = {"cpu": "cuda", "npu": "npu", "sdaa": "sdaa", "gcu": "cuda"}
+# DeepSpeed's own accelerator on npu/sdaa; its CUDA one under the target's names on cpu/gcu (transfer/patches/deepspeed.py).
+DEEPSPEED_DEVICE = {"cpu": "cpu", "npu": "npu", "sdaa": "sdaa", "gcu": "gcu"}
 
 
 def _require(module):

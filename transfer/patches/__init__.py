@@ -40,6 +40,7 @@ AREAS = (
     "sync_batchnorm",  # SyncBatchNorm device check (and CPU kernels)
     "data_parallel",  # nn.DataParallel
     "custom_ops",  # torch.library kernels for CUDA keys -> the target's; CUDA C++ builds refused clearly
+    "deepspeed",  # DeepSpeed: its vendor accelerator, else its CUDA one under the target's names; FusedAdam op served
     "shutdown",  # clean interpreter exit after distributed jobs
     "torchscript",  # TorchScript maps the replacements to torch's builtins
     "copies",  # last, after TRANSFER_LOG: `from torch.cuda import X` bound before install -> the replacement

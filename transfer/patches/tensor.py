@@ -1,4 +1,4 @@
-"""Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda."""
+"""Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda (/ .record_stream on the cpu target)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def apply(ctx) -> None:
         reg.replace(f"tensor.{name}", Tensor, name, device_keyword_method(ctx, name))
     reg.replace("tensor.pin_memory", Tensor, "pin_memory", _pin_memory(ctx))
     reg.replace("tensor.is_cuda", Tensor, "is_cuda", _is_cuda(ctx))
+    if ctx.cpu is not None:  # torch.cuda's streams are the cpu runtime's, which torch does not know
+        reg.replace("tensor.record_stream", Tensor, "record_stream", ctx.cpu.record_stream(Tensor.record_stream))
 
 
 def device_keyword_method(ctx, name: str):

@@ -160,9 +160,9 @@ def adam(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step
          bias_correction: int, weight_decay: float, fused: bool = False) -> None:
     """apex's AdamFunctor: mode 1 (AdamW) p -= lr*(m_hat/(sqrt(v_hat)+eps) + wd*p); mode 0 (L2) g += wd*p first.
 
-    m and v are float32 (FusedAdam keeps them so for every parameter dtype); the
-    math is float32 and p is stored back in its own dtype. The gradients are
-    only read.
+    The math is float32; p, m and v are stored back in their own dtypes (apex's
+    FusedAdam keeps m and v in float32; DeepSpeed's, adapted from it, in the
+    parameter's dtype). The gradients are only read.
     """
     bc1 = 1 - beta1 ** step if bias_correction else 1.0
     bc2 = 1 - beta2 ** step if bias_correction else 1.0
@@ -180,6 +180,12 @@ def adam(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step
         narrow = p[0].dtype != _F32
         p32 = [t.to(_F32) for t in p] if narrow else p
         g32 = [t.to(_F32) for t in g] if g[0].dtype != _F32 else g
+        m_narrow, v_narrow = m[0].dtype != _F32, v[0].dtype != _F32
+        m_out, v_out = m, v
+        if m_narrow:
+            m = [t.to(_F32) for t in m]
+        if v_narrow:
+            v = [t.to(_F32) for t in v]
         # apex's formula in the order of torch's foreach Adam (8 list ops):
         # p*(1 - lr*wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) == p - lr*(m_hat/(sqrt(v_hat)+eps) + wd*p)
         if weight_decay != 0:
@@ -200,6 +206,10 @@ def adam(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step
         torch._foreach_addcdiv_(p32, m, denom, value=-lr / bc1)
         if narrow:
             _copy_(p, p32)
+        if m_narrow:
+            _copy_(m_out, m)
+        if v_narrow:
+            _copy_(v_out, v)
 
 
 # ---------------------------------------------------------------- multi_tensor_sgd

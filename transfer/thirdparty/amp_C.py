@@ -56,8 +56,9 @@ def multi_tensor_adam(chunk_size: int, noop_flag, tensor_lists, lr: float, beta1
     """tensor_lists = [grads, params, exp_avgs, exp_avg_sqs]: one Adam step (mode 1: AdamW, 0: L2)."""
     _mt.check_lists(tensor_lists, 4, "multi_tensor_adam")
     g, p, m, v = (list(t) for t in tensor_lists)
-    _mt.adam(g, p, m, v, float(lr), float(beta1), float(beta2), float(epsilon), int(step), int(mode),
-             int(bias_correction), float(weight_decay))
+    with _torch.no_grad():  # a kernel writes memory: Parameters themselves may be passed (DeepSpeed's bf16 lists)
+        _mt.adam(g, p, m, v, float(lr), float(beta1), float(beta2), float(epsilon), int(step), int(mode),
+                 int(bias_correction), float(weight_decay))
 
 
 def multi_tensor_sgd(chunk_size: int, noop_flag, tensor_lists, wd: float, momentum: float, dampening: float,

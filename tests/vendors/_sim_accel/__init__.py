@@ -129,6 +129,22 @@ def install(spec: VendorSpec) -> types.ModuleType:
         unsupported_dtype=list(spec.unsupported_dtypes) or None,
     )
     _distributed.register_backend(spec, C, physical)
+    _register_record_stream(spec)
     _exit.install(spec, C)
     _installed["state"] = (spec, module, C)
     return module
+
+
+def _register_record_stream(spec: VendorSpec) -> None:
+    """``Tensor.record_stream(stream)`` for the device's tensors, as the real plug-ins register it (their
+    caching allocators keep a block until the recorded streams' work is done). Work here is synchronous,
+    so there is nothing to defer; a stream of another device type is refused, as CUDA's allocator does."""
+
+    def record_stream(tensor, stream):
+        if stream.device_type != int(torch._C._autograd.DeviceType.PrivateUse1):
+            raise RuntimeError(f"record_stream: expected a {spec.name} stream for a tensor on {tensor.device}, "
+                               f"got a stream of device type {stream.device_type}")
+
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("record_stream", record_stream, "PrivateUse1")
+    _installed["record_stream"] = library  # kept alive for the process

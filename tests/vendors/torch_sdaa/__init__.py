@@ -46,3 +46,36 @@ SPEC = VendorSpec(
 )
 
 sdaa = install(SPEC)
+
+# torch.ops.sdaa.fused_adam: the fused Adam(W) kernel DeepSpeed's SDAA accelerator calls for FusedAdam
+# (deepspeed/ops/op_builder/sdaa/fused_adam.py). torch_sdaa is not public: the schema is that call's
+# (grads, params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, beta1, beta2, eps, lr, weight_decay,
+# adam_w_mode, step, bias_correction); the rule is DeepSpeed's FusedAdam's (apex's multi_tensor_adam,
+# float32 math). Registered for sdaa tensors only, as a device kernel is.
+_ops = torch.library.Library("sdaa", "DEF")
+_ops.define("fused_adam(Tensor[] grads, Tensor(a!)[] params, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+            "Tensor[] max_exp_avg_sqs, float beta1, float beta2, float eps, float lr, float weight_decay, "
+            "int adam_w_mode, int step, int bias_correction) -> ()")
+
+
+def _fused_adam(grads, params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, beta1, beta2, eps, lr, weight_decay,
+                adam_w_mode, step, bias_correction):
+    if max_exp_avg_sqs:
+        raise RuntimeError("sdaa::fused_adam: amsgrad (max_exp_avg_sqs) is not supported")
+    bc1 = 1 - beta1 ** step if bias_correction else 1.0
+    bc2 = 1 - beta2 ** step if bias_correction else 1.0
+    for g, p, m, v in zip(grads, params, exp_avgs, exp_avg_sqs):
+        g32, p32, m32, v32 = g.float(), p.float(), m.float(), v.float()
+        if not adam_w_mode and weight_decay:
+            g32 = g32 + weight_decay * p32
+        m32 = beta1 * m32 + (1 - beta1) * g32
+        v32 = beta2 * v32 + (1 - beta2) * g32 * g32
+        update = (m32 / bc1) / (torch.sqrt(v32 / bc2) + eps)
+        if adam_w_mode:
+            update = update + weight_decay * p32
+        p.copy_(p32 - lr * update)
+        m.copy_(m32)
+        v.copy_(v32)
+
+
+_ops.impl("fused_adam", _fused_adam, "PrivateUse1")
