@@ -139,8 +139,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="sdaa",
                 backend="tccl",
                 compile=CompilePolicy(
-                    inductor="no dynamo backend or inductor code generator of torch_sdaa is known (unverified, "
-                    "see tests/vendors/README.md)", tf32="TF32 is CUDA's; no sdaa counterpart is known"),
+                    inductor="torch_sdaa is not known to register a dynamo backend or inductor code generation "
+                    "for sdaa (tests/vendors/README.md)", tf32="TF32 is CUDA's; no sdaa counterpart is known"),
                 visible_devices_env="SDAA_VISIBLE_DEVICES",
                 custom_kernels="kernels in Tecorigin's own device language from its SDK, registered for "
                 "PrivateUse1 through torch_sdaa's extension mechanism",
@@ -161,8 +161,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="gcu",
                 backend="eccl",
                 compile=CompilePolicy(
-                    inductor="no dynamo backend or inductor code generator of torch_gcu is known (unverified, "
-                    "see tests/vendors/README.md)", tf32="TF32 is CUDA's; no gcu counterpart is known"),
+                    inductor="torch_gcu is not known to register a dynamo backend or inductor code generation "
+                    "for gcu (tests/vendors/README.md)", tf32="TF32 is CUDA's; no gcu counterpart is known"),
                 visible_devices_env="TOPS_VISIBLE_DEVICES",
                 custom_kernels="kernels in Enflame's own device language from its TopsRider SDK, registered "
                 "for PrivateUse1 through torch_gcu's extension mechanism",

@@ -152,22 +152,22 @@ class TargetCompiler:
         if self.kind == INDUCTOR and (not on_device or inductor_generates_code_for(device_type)):
             return self._requested(), None, ""
         if graphs and policy.graphs_backend and lookup(policy.graphs_backend) is not None:
-            what = "CUDA graphs" if self.kind == CUDAGRAPHS else "inductor with CUDA graphs (mode='reduce-overhead')"
+            what = "CUDA graphs" if self.kind == CUDAGRAPHS else "mode='reduce-overhead' (CUDA graphs)"
             return (lookup(policy.graphs_backend), f"{plugin}'s '{policy.graphs_backend}' backend",
-                    f"{what} on {device_type}: the vendor's graph capture")
+                    f"{what} on {device_type}: the plug-in's graph capture")
+        no_code = f"inductor generates no code for {device_type} here: {policy.inductor}"
         if self.kind == INDUCTOR and policy.backend and lookup(policy.backend) is not None:
             return (lookup(policy.backend), f"{plugin}'s '{policy.backend}' backend",
-                    f"inductor generates no code for {device_type} here ({policy.inductor}); the plug-in's own "
-                    "compiler")
+                    f"{no_code}; the plug-in's own compiler")
         if self.kind == CUDAGRAPHS:
             why = (f"no graph capture for {device_type} is registered with dynamo" if device_type != "cpu"
                    else "a CPU has no graphs to capture")
         else:
-            why = f"inductor generates no code for {device_type} here ({policy.inductor})"
+            why = no_code
             if graphs:
-                why += f", and no graph capture for {device_type} is registered with dynamo"
+                why += f"; nor is graph capture for {device_type} (mode='reduce-overhead')"
         return (lookup(policy.fallback), f"dynamo's '{policy.fallback}' backend",
-                f"{why}: the same results as eager, without fusion")
+                f"{why}; the same results as eager, op by op without fusion")
 
     def _requested(self):
         if isinstance(self.requested, str):

@@ -1,0 +1,119 @@
+"""torch.compile in a CUDA script on every target (issue 25): the target's own compiler where the plug-in
+registers one, else a backend that runs there, said once per call site; the same losses as eager.
+
+The vendor cases run the stand-ins (tests/vendors): torch_npu's registers the ``npu`` / ``npugraphs``
+dynamo backends as torch_npu 2.13 does (no inductor code generation: a torch_npu without Triton-Ascend);
+torch_sdaa's and torch_gcu's register none, as far as is known of the real ones (tests/vendors/README.md).
+"""
+
+import glob
+import json
+import logging
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, python
+
+NANOGPT = os.path.join(SCRIPTS, "thirdparty", "nanogpt_compile.py")
+#: The line of nanogpt_compile.py that calls torch.compile (the notice and the call-site log name it).
+COMPILE_LINE = next(i for i, line in enumerate(open(NANOGPT), 1) if "model = torch.compile(model" in line)
+VARIANTS = {"eager": ["--compile=False"], "default": [], "reduce-overhead": ["--mode=reduce-overhead"],
+            "fullgraph": ["--fullgraph=True"]}
+#: What each vendor stand-in's torch.compile becomes (its plug-in's registrations): backend per variant.
+BECOMES = {
+    "npu": {"default": "torch_npu's 'npu' backend", "reduce-overhead": "torch_npu's 'npugraphs' backend",
+            "fullgraph": "torch_npu's 'npu' backend"},
+    "sdaa": dict.fromkeys(("default", "reduce-overhead", "fullgraph"), "dynamo's 'aot_eager' backend"),
+    "gcu": dict.fromkeys(("default", "reduce-overhead", "fullgraph"), "dynamo's 'aot_eager' backend"),
+}
+
+
+def _train(target, variant, tmp_path):
+    env = clean_env(TRANSFER_DEVICE=target, PYTHONPATH=VENDORS if target != "cpu" else None,
+                    SIM_ACCEL_STATS_DIR=str(tmp_path / f"stats-{variant}"),
+                    TRANSFER_LOG=str(tmp_path / f"log-{variant}"),
+                    # the cpu target's inductor: a cache private to the test, shared by its variants
+                    TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    proc = python(NANOGPT, *VARIANTS[variant], env=env, timeout=900)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["stderr"] = proc.stderr
+    stats = glob.glob(str(tmp_path / f"stats-{variant}" / "*.json"))
+    result["stats"] = json.load(open(stats[0])) if stats else None
+    logs = glob.glob(str(tmp_path / f"log-{variant}" / "*.jsonl"))
+    result["log"] = [json.loads(line) for path in logs for line in open(path)]
+    return result
+
+
+def _nanogpt_compiled_trains_as_eager(target, tmp_path):
+    runs = {}
+    # two processes at a time (the machine's cores); the default compile first, so that on the cpu target
+    # the other variants find its inductor kernels in the test's cache
+    for batch in (("eager", "default"), ("reduce-overhead", "fullgraph")):
+        with ThreadPoolExecutor(2) as pool:
+            runs.update(zip(batch, pool.map(lambda v: _train(target, v, tmp_path), batch)))
+    eager = runs["eager"]
+    device = "cpu" if target == "cpu" else f"{target}:0"
+    assert eager["device"] == device and len(eager["losses"]) == 4
+    assert eager["losses"][-1] < eager["losses"][0]  # it learns
+    for variant in ("default", "reduce-overhead", "fullgraph"):
+        run = runs[variant]
+        assert run["device"] == device, variant
+        # fp32: torch.testing's float32 tolerance (inductor's fused CPU kernels round differently)
+        torch.testing.assert_close(run["losses"], eager["losses"], msg=lambda m: f"{variant}: {m}")
+        notices = [line for line in run["stderr"].splitlines() if line.startswith("torch.compile at ")]
+        if target == "cpu":  # inductor generates C++ for the CPU: nothing to say
+            assert notices == [], run["stderr"]
+            continue
+        # one notice, naming the script's line, what inductor became and why
+        assert len(notices) == 1, run["stderr"]
+        assert notices[0].startswith(f"torch.compile at {NANOGPT}:{COMPILE_LINE}: inductor runs as "
+                                     f"{BECOMES[target][variant]}: "), notices
+        records = [r for r in run["log"] if r["call"].startswith("torch.compile (inductor)")]
+        assert [r["site"] for r in records] == [f"{NANOGPT}:{COMPILE_LINE}"], run["log"]
+        assert records[0]["became"].startswith(BECOMES[target][variant]), records
+        compiled = run["stats"]["compiled_graphs"]
+        if target == "npu":  # the vendor's own backend compiled the graph
+            backend = "npugraphs" if variant == "reduce-overhead" else "npu"
+            assert compiled == {backend: 1}, compiled
+        else:
+            assert compiled == {}, compiled
+
+
+@pytest.mark.slow
+def test_nanogpt_compiled_trains_as_eager_on_the_cpu_target(tmp_path):
+    _nanogpt_compiled_trains_as_eager("cpu", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
+def test_nanogpt_compiled_trains_as_eager_on_the_vendors(vendor, tmp_path):
+    _nanogpt_compiled_trains_as_eager(vendor, tmp_path)
+
+
+def _step(x):
+    return torch.relu(x @ x.T).sum(dim=0) * 2 + 1
+
+
+@pytest.mark.slow  # ~10 s: a compile on 2 cores
+@pytest.mark.compat
+def test_cuda_graphs_backend_runs_as_aot_eager_on_the_cpu_target(cpu_target, caplog):
+    """backend="cudagraphs" captures CUDA graphs; a CPU has none: each graph runs as aot_eager, computing
+    what eager computes, with one notice naming the line (every torch: dynamo's backend registry)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 4, device="cuda")
+    with caplog.at_level(logging.WARNING, logger="transfer"):
+        line = sys._getframe().f_lineno + 1
+        compiled = torch.compile(_step, backend="cudagraphs")
+        first, second = compiled(x), compiled(x + 1)
+    assert torch.equal(first, _step(x)) and torch.equal(second, _step(x + 1))
+    notices = [r.getMessage() for r in caplog.records if r.getMessage().startswith("torch.compile at ")]
+    assert len(notices) == 1, notices
+    assert notices[0].startswith(f"torch.compile at {__file__}:{line}: cudagraphs runs as dynamo's 'aot_eager' "
+                                 "backend: a CPU has no graphs to capture"), notices
