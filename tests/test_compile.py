@@ -117,3 +117,39 @@ def test_cuda_graphs_backend_runs_as_aot_eager_on_the_cpu_target(cpu_target, cap
     assert len(notices) == 1, notices
     assert notices[0].startswith(f"torch.compile at {__file__}:{line}: cudagraphs runs as dynamo's 'aot_eager' "
                                  "backend: a CPU has no graphs to capture"), notices
+
+
+SPELLINGS = os.path.join(SCRIPTS, "compile_spellings.py")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
+@pytest.mark.parametrize("vendor", ["npu", "gcu"])
+def test_every_spelling_of_compile_computes_what_eager_computes_and_is_said_once_per_site(vendor, tmp_path):
+    """torch.compile at its default, mode="max-autotune", dynamic=True, backend="inductor" with fullgraph=True,
+    torch._dynamo.optimize("inductor"), @torch.compile, and a function with a graph break, after gpt-fast's
+    inductor settings and TF32 (which never raise): each equals eager exactly (the same ops run), each call
+    site is said once and logged, the graph break is logged, TF32 and coordinate_descent_tuning are reported."""
+    env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=VENDORS, TRANSFER_LOG=str(tmp_path / "log"))
+    proc = python(SPELLINGS, env=env, timeout=600)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "default": 0.0, "max-autotune": 0.0, "dynamic": 0.0, "inductor-spelled-out": 0.0, "dynamo.optimize": 0.0,
+        "decorator": 0.0, "graph-break": 0.0}
+    source = open(SPELLINGS).read().splitlines()
+    code_starts = source.index("import torch")  # after the docstring
+    lines = [i for i, text in enumerate(source, 1) if i > code_starts and not text.startswith("import")
+             and ("torch.compile" in text or "torch._dynamo.optimize(" in text)]
+    notices = [line for line in proc.stderr.splitlines() if line.startswith("torch.compile at ")]
+    assert sorted(int(n.split(":")[1]) for n in notices) == sorted(lines), proc.stderr
+    graphs = "torch_npu's 'npugraphs' backend" if vendor == "npu" else "dynamo's 'aot_eager' backend"
+    plain = "torch_npu's 'npu' backend" if vendor == "npu" else "dynamo's 'aot_eager' backend"
+    for notice in notices:
+        line = int(notice.split(":")[1])
+        assert f"inductor runs as {graphs if 'max-autotune' in source[line - 1] else plain}: " in notice, notice
+    assert proc.stderr.count("float32 matmul precision 'high'") == 1, proc.stderr
+    assert proc.stderr.count("coordinate_descent_tuning tunes the Triton kernels") == 1, proc.stderr
+    records = [json.loads(line) for path in glob.glob(str(tmp_path / "log" / "*.jsonl")) for line in open(path)]
+    compiled = sorted(int(r["site"].rsplit(":", 1)[1]) for r in records if r["call"].startswith("torch.compile ("))
+    assert compiled == sorted(lines), records
+    breaks = [r for r in records if r["call"].startswith("torch.compile graph break")]
+    assert len(breaks) == 1 and "item()" in breaks[0]["call"], records

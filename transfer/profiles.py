@@ -105,8 +105,8 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 compile=CompilePolicy(
                     inductor="torch_npu registers inductor code generation for npu only with Triton-Ascend "
                     "installed", backend="npu", graphs_backend="npugraphs",
-                    tf32="TF32 is CUDA's; the npu's counterpart, HF32, is torch.npu.matmul.allow_hf32 / "
-                    "torch.npu.conv.allow_hf32 and is left as the script's device default"),
+                    tf32="TF32 is CUDA's; the npu's counterpart, HF32 (torch.npu.matmul.allow_hf32, "
+                    "torch.npu.conv.allow_hf32), is not switched: matmuls keep torch_npu's default"),
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
                 custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
                 "from PyTorch through torch_npu's custom-operator adaptation (OpPlugin) or a C++ extension "

@@ -23,6 +23,7 @@ and recorded in ``TRANSFER_LOG``'s call-site log, as are the graph breaks dynamo
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -85,6 +86,30 @@ def _devices(gm, example_inputs) -> Set[str]:
     return found
 
 
+_SAID: Set[str] = set()  # CUDA-only settings reported in this process
+
+
+def _cuda_settings(ctx, inductor_runs: bool) -> None:
+    """Say once per process what the CUDA-only settings scripts make before compiling do here: TF32
+    (``torch.backends.cuda.matmul.allow_tf32``, ``torch.set_float32_matmul_precision``) and inductor's
+    Triton tuning (``coordinate_descent_tuning``), which only Triton kernels read. Settings never raise."""
+    policy = ctx.profile.compile
+    precision = torch.get_float32_matmul_precision()
+    if precision != "highest" and "tf32" not in _SAID:
+        _SAID.add("tf32")
+        (logger.info if ctx.profile.is_cpu else logger.warning)(
+            "float32 matmul precision %r (torch.backends.cuda.matmul.allow_tf32 / "
+            "torch.set_float32_matmul_precision): %s", precision, policy.tf32)
+    if inductor_runs or "coordinate_descent_tuning" in _SAID:
+        return
+    inductor_config = sys.modules.get("torch._inductor.config")
+    if inductor_config is not None and getattr(inductor_config, "coordinate_descent_tuning", False):
+        _SAID.add("coordinate_descent_tuning")
+        logger.warning("torch._inductor.config.coordinate_descent_tuning tunes the Triton kernels inductor "
+                       "generates on CUDA; on %s inductor generates none here: it has no effect",
+                       ctx.profile.device_type)
+
+
 class Site:
     """Where the script called torch.compile; frame-like (f_code.co_filename, f_lineno) for CallLog.add."""
 
@@ -126,6 +151,7 @@ class TargetCompiler:
         chosen, name, reason = self.choose(gm, example_inputs)
         if name is not None:
             self._say(name, reason)
+        _cuda_settings(self.ctx, inductor_runs=name is None)
         return chosen(gm, example_inputs, **kwargs)
 
     # ------------------------------------------------------------------ the decision
@@ -152,7 +178,9 @@ class TargetCompiler:
         if self.kind == INDUCTOR and (not on_device or inductor_generates_code_for(device_type)):
             return self._requested(), None, ""
         if graphs and policy.graphs_backend and lookup(policy.graphs_backend) is not None:
-            what = "CUDA graphs" if self.kind == CUDAGRAPHS else "mode='reduce-overhead' (CUDA graphs)"
+            mode = self.options.get("mode")
+            what = ("CUDA graphs" if self.kind == CUDAGRAPHS else
+                    f"mode={mode!r} (CUDA graphs)" if mode else "inductor's triton.cudagraphs (CUDA graphs)")
             return (lookup(policy.graphs_backend), f"{plugin}'s '{policy.graphs_backend}' backend",
                     f"{what} on {device_type}: the plug-in's graph capture")
         no_code = f"inductor generates no code for {device_type} here: {policy.inductor}"
@@ -165,7 +193,7 @@ class TargetCompiler:
         else:
             why = no_code
             if graphs:
-                why += f"; nor is graph capture for {device_type} (mode='reduce-overhead')"
+                why += f"; nor is graph capture for {device_type} (CUDA graphs)"
         return (lookup(policy.fallback), f"dynamo's '{policy.fallback}' backend",
                 f"{why}; the same results as eager, op by op without fusion")
 
