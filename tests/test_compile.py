@@ -27,8 +27,8 @@ VARIANTS = {"eager": ["--compile=False"], "default": [], "reduce-overhead": ["--
 BECOMES = {
     "npu": {"default": "torch_npu's 'npu' backend", "reduce-overhead": "torch_npu's 'npugraphs' backend",
             "fullgraph": "torch_npu's 'npu' backend"},
-    "sdaa": dict.fromkeys(("default", "reduce-overhead", "fullgraph"), "dynamo's 'aot_eager' backend"),
-    "gcu": dict.fromkeys(("default", "reduce-overhead", "fullgraph"), "dynamo's 'aot_eager' backend"),
+    "sdaa": dict.fromkeys(("default", "reduce-overhead", "fullgraph"), "dynamo's 'eager' backend"),
+    "gcu": dict.fromkeys(("default", "reduce-overhead", "fullgraph"), "dynamo's 'eager' backend"),
 }
 
 
@@ -101,8 +101,8 @@ def _step(x):
 
 @pytest.mark.slow  # ~10 s: a compile on 2 cores
 @pytest.mark.compat
-def test_cuda_graphs_backend_runs_as_aot_eager_on_the_cpu_target(cpu_target, caplog):
-    """backend="cudagraphs" captures CUDA graphs; a CPU has none: each graph runs as aot_eager, computing
+def test_cuda_graphs_backend_runs_as_eager_on_the_cpu_target(cpu_target, caplog):
+    """backend="cudagraphs" captures CUDA graphs; a CPU has none: each graph runs with dynamo's eager backend, computing
     what eager computes, with one notice naming the line (every torch: dynamo's backend registry)."""
     import torch._dynamo
 
@@ -115,7 +115,7 @@ def test_cuda_graphs_backend_runs_as_aot_eager_on_the_cpu_target(cpu_target, cap
     assert torch.equal(first, _step(x)) and torch.equal(second, _step(x + 1))
     notices = [r.getMessage() for r in caplog.records if r.getMessage().startswith("torch.compile at ")]
     assert len(notices) == 1, notices
-    assert notices[0].startswith(f"torch.compile at {__file__}:{line}: cudagraphs runs as dynamo's 'aot_eager' "
+    assert notices[0].startswith(f"torch.compile at {__file__}:{line}: cudagraphs runs as dynamo's 'eager' "
                                  "backend: a CPU has no graphs to capture"), notices
 
 
@@ -141,8 +141,8 @@ def test_every_spelling_of_compile_computes_what_eager_computes_and_is_said_once
              and ("torch.compile" in text or "torch._dynamo.optimize(" in text)]
     notices = [line for line in proc.stderr.splitlines() if line.startswith("torch.compile at ")]
     assert sorted(int(n.split(":")[1]) for n in notices) == sorted(lines), proc.stderr
-    graphs = "torch_npu's 'npugraphs' backend" if vendor == "npu" else "dynamo's 'aot_eager' backend"
-    plain = "torch_npu's 'npu' backend" if vendor == "npu" else "dynamo's 'aot_eager' backend"
+    graphs = "torch_npu's 'npugraphs' backend" if vendor == "npu" else "dynamo's 'eager' backend"
+    plain = "torch_npu's 'npu' backend" if vendor == "npu" else "dynamo's 'eager' backend"
     for notice in notices:
         line = int(notice.split(":")[1])
         assert f"inductor runs as {graphs if 'max-autotune' in source[line - 1] else plain}: " in notice, notice

@@ -48,7 +48,7 @@ class CompilePolicy(NamedTuple):
     inductor: str  # whether and how inductor generates code for the device, for messages and docs
     backend: Optional[str] = None  # the plug-in's own dynamo backend, where inductor has no code for the device
     graphs_backend: Optional[str] = None  # mode="reduce-overhead" / backend="cudagraphs": the plug-in's graphs
-    fallback: str = "aot_eager"  # registered with every torch: what eager computes, op by op, no fusion
+    fallback: str = "eager"  # registered with every torch: dynamo's graphs run as traced, what eager computes
     tf32: str = ""  # what CUDA's TF32 switches (allow_tf32, set_float32_matmul_precision) do on the target
 
 
@@ -186,7 +186,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 device_type="cpu",
                 backend="gloo",
                 compile=CompilePolicy(
-                    inductor="inductor generates C++ for CPU tensors", fallback="aot_eager",
+                    inductor="inductor generates C++ for CPU tensors",
                     tf32="float32 matmul precision 'high' / 'medium' selects oneDNN's TF32 / BF16 matmuls on the "
                     "CPU, as on CUDA; allow_tf32 = True sets 'high'"),
                 visible_devices_env=None,

@@ -13,8 +13,9 @@ tensors and the target's `profiles.CompilePolicy`:
    inductor code generation for the device (torch_npu with Triton-Ascend): the backend asked for, as is;
 2. the plug-in registers its own dynamo backend (the policy names it: torch_npu's ``npu``; for CUDA graphs
    its ``npugraphs``): that backend;
-3. otherwise the policy's fallback (``aot_eager``: dynamo's graphs run op by op through AOTAutograd,
-   computing what eager computes, without fusion).
+3. otherwise the policy's fallback (dynamo's ``eager`` backend: each graph runs as dynamo traced it, the
+   same ops as eager, so the same numbers; no fusion, and no step slower than eager beyond dynamo's
+   guards: ``aot_eager`` measured up to 2x slower per step on the stand-ins, benchmarks/compile.py).
 
 Each decision other than 1. is said once per call site (the script's ``torch.compile`` line, its reason)
 and recorded in ``TRANSFER_LOG``'s call-site log, as are the graph breaks dynamo reports for it.
@@ -195,7 +196,7 @@ class TargetCompiler:
             if graphs:
                 why += f"; nor is graph capture for {device_type} (CUDA graphs)"
         return (lookup(policy.fallback), f"dynamo's '{policy.fallback}' backend",
-                f"{why}; the same results as eager, op by op without fusion")
+                f"{why}; the same results as eager, without fusion")
 
     def _requested(self):
         if isinstance(self.requested, str):
