@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, python
+from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
 
 NANOGPT = os.path.join(SCRIPTS, "thirdparty", "nanogpt_compile.py")
 #: The line of nanogpt_compile.py that calls torch.compile (the notice and the call-site log name it).
@@ -32,23 +32,45 @@ BECOMES = {
 }
 
 
+#: The way in each target's runs take (tests/test_e2e_matrix.py's three): the variable, transfer-run, the import line.
+WAY = {"cpu": "env", "npu": "env", "sdaa": "runner", "gcu": "import"}
+IMPORT_LINE = "from transfer import auto as _\n"
+
+
+def _script(target, tmp_path):
+    """(path, line of torch.compile) of the script the target's way in runs."""
+    if WAY[target] != "import":
+        return NANOGPT, COMPILE_LINE
+    script = tmp_path / "nanogpt_compile.py"
+    script.write_text(IMPORT_LINE + open(NANOGPT).read())
+    return str(script), COMPILE_LINE + 1
+
+
 def _train(target, variant, tmp_path):
-    env = clean_env(TRANSFER_DEVICE=target, PYTHONPATH=VENDORS if target != "cpu" else None,
+    log = str(tmp_path / f"log-{variant}")
+    env = clean_env(TRANSFER_DEVICE=target if WAY[target] != "runner" else None,
+                    PYTHONPATH=VENDORS if target != "cpu" else None,
                     SIM_ACCEL_STATS_DIR=str(tmp_path / f"stats-{variant}"),
-                    TRANSFER_LOG=str(tmp_path / f"log-{variant}"),
+                    TRANSFER_LOG=log if WAY[target] != "runner" else None,
                     # the cpu target's inductor: a cache private to the test, shared by its variants
                     TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    proc = python(NANOGPT, *VARIANTS[variant], env=env, timeout=900)
+    script, _ = _script(target, tmp_path)
+    if WAY[target] == "runner":
+        proc = run([console_script("transfer-run"), "--device", target, "--log", log, sys.executable, script,
+                    *VARIANTS[variant]], env=env, timeout=900)
+    else:
+        proc = python(script, *VARIANTS[variant], env=env, timeout=900)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["stderr"] = proc.stderr
     stats = glob.glob(str(tmp_path / f"stats-{variant}" / "*.json"))
     result["stats"] = json.load(open(stats[0])) if stats else None
-    logs = glob.glob(str(tmp_path / f"log-{variant}" / "*.jsonl"))
+    logs = glob.glob(os.path.join(log, "*.jsonl"))
     result["log"] = [json.loads(line) for path in logs for line in open(path)]
     return result
 
 
 def _nanogpt_compiled_trains_as_eager(target, tmp_path):
+    script, line = _script(target, tmp_path)
     runs = {}
     # two processes at a time (the machine's cores); the default compile first, so that on the cpu target
     # the other variants find its inductor kernels in the test's cache
@@ -70,10 +92,10 @@ def _nanogpt_compiled_trains_as_eager(target, tmp_path):
             continue
         # one notice, naming the script's line, what inductor became and why
         assert len(notices) == 1, run["stderr"]
-        assert notices[0].startswith(f"torch.compile at {NANOGPT}:{COMPILE_LINE}: inductor runs as "
+        assert notices[0].startswith(f"torch.compile at {script}:{line}: inductor runs as "
                                      f"{BECOMES[target][variant]}: "), notices
         records = [r for r in run["log"] if r["call"].startswith("torch.compile (inductor)")]
-        assert [r["site"] for r in records] == [f"{NANOGPT}:{COMPILE_LINE}"], run["log"]
+        assert [r["site"] for r in records] == [f"{script}:{line}"], run["log"]
         assert records[0]["became"].startswith(BECOMES[target][variant]), records
         compiled = run["stats"]["compiled_graphs"]
         if target == "npu":  # the vendor's own backend compiled the graph
@@ -92,6 +114,7 @@ def test_nanogpt_compiled_trains_as_eager_on_the_cpu_target(tmp_path):
 @pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)
 @pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
 def test_nanogpt_compiled_trains_as_eager_on_the_vendors(vendor, tmp_path):
+    """npu through TRANSFER_DEVICE, sdaa through transfer-run, gcu through the import line (WAY)."""
     _nanogpt_compiled_trains_as_eager(vendor, tmp_path)
 
 
