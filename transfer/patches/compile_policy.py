@@ -66,11 +66,14 @@ def lookup(name: str):
 def inductor_generates_code_for(device_type: str) -> bool:
     """True if inductor has a code generator for `device_type` (a plug-in's register_backend_for_device)."""
     try:
-        from torch._inductor.codegen.common import get_scheduling_for_device, init_backend_registration
-    except ImportError:  # torch 2.0: no registration for other devices at all
+        from torch._inductor.codegen import common
+    except ImportError:
         return False
-    init_backend_registration()
-    return get_scheduling_for_device(device_type) is not None
+    if not hasattr(common, "get_scheduling_for_device"):  # torch 2.0: no registration for other devices
+        return False
+    if hasattr(common, "init_backend_registration"):  # torch >= 2.2 registers CPU / CUDA lazily
+        common.init_backend_registration()
+    return common.get_scheduling_for_device(device_type) is not None
 
 
 def _devices(gm, example_inputs) -> Set[str]:
@@ -88,6 +91,8 @@ def _devices(gm, example_inputs) -> Set[str]:
 
 
 _SAID: Set[str] = set()  # CUDA-only settings reported in this process
+_BREAKS_SEEN: Dict[str, int] = {}  # dynamo's graph-break counters as last read (they are per process)
+_BREAKS_LOCK = threading.Lock()
 
 
 def _cuda_settings(ctx, inductor_runs: bool) -> None:
@@ -134,7 +139,6 @@ class TargetCompiler:
         self.options = options  # torch.compile's arguments, for messages and the log
         self.compiler_name = getattr(requested, "compiler_name", requested if isinstance(requested, str) else kind)
         self._said: Set[Tuple[str, str]] = set()
-        self._breaks_seen: Dict[str, int] = {}
         self._lock = threading.Lock()
 
     def get_compiler_config(self):
@@ -222,17 +226,19 @@ class TargetCompiler:
         log.add(api, self.site, (), self.options, "translated", became)
 
     def _log_graph_breaks(self) -> None:
-        """Graph breaks dynamo counted since this backend's last graph: one call-site record each."""
+        """Graph breaks dynamo counted since any backend's last graph: they split the code this backend is
+        asked to compile now (dynamo compiles the graph before a break when it meets it). One call-site
+        record per reason."""
         try:
             from torch._dynamo.utils import counters
         except ImportError:
             return
         breaks = counters.get("graph_break", {})
         new: List[str] = []
-        with self._lock:
+        with _BREAKS_LOCK:
             for reason, count in list(breaks.items()):
-                if self._breaks_seen.get(reason, 0) < count:
-                    self._breaks_seen[reason] = count
+                if _BREAKS_SEEN.get(reason, 0) < count:
+                    _BREAKS_SEEN[reason] = count
                     new.append(reason)
         for reason in new:
             first = str(reason).strip().splitlines()[0][:200] if str(reason).strip() else "graph break"
