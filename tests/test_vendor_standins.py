@@ -399,7 +399,8 @@ def test_exit_code_atexit_and_stats_preserved(extension, tmp_path):
     assert "USER_ATEXIT" in proc.stdout and "terminate called" not in proc.stderr, log_of(proc)
     (stats,) = glob.glob(str(tmp_path / "npu-*.json"))
     data = json.loads(open(stats).read())
-    assert data == {"vendor": "npu", "backend": "hccl", "collectives": {}, "device_indices": [2]}, data
+    assert data == {"vendor": "npu", "backend": "hccl", "collectives": {}, "device_indices": [2],
+                    "compiled_graphs": {}}, data
 
 
 @pytest.mark.compat  # CI runs it on torch 2.0.1, the one torch of the CI pairs without PrivateUse1

@@ -10,7 +10,8 @@ first step (``InductorError: KeyError: 'npu'``, ``LoweringException: AssertionEr
 tensors and the target's `profiles.CompilePolicy`:
 
 1. no tensor on the target's device (CPU tensors; the cpu target), or the installed plug-in registered
-   inductor code generation for the device (torch_npu with Triton-Ascend): the backend asked for, as is;
+   inductor code generation for the device (torch_npu with Triton-Ascend): the backend asked for, as is
+   (CUDA graphs asked for CPU code: inductor leaves them out, as natively; said);
 2. the plug-in registers its own dynamo backend (the policy names it: torch_npu's ``npu``; for CUDA graphs
    its ``npugraphs``): that backend;
 3. otherwise the policy's fallback (dynamo's ``eager`` backend: each graph runs as dynamo traced it, the
@@ -156,7 +157,7 @@ class TargetCompiler:
         chosen, name, reason = self.choose(gm, example_inputs)
         if name is not None:
             self._say(name, reason)
-        _cuda_settings(self.ctx, inductor_runs=name is None)
+        _cuda_settings(self.ctx, inductor_runs=chosen is self._requested())
         return chosen(gm, example_inputs, **kwargs)
 
     # ------------------------------------------------------------------ the decision
@@ -180,7 +181,13 @@ class TargetCompiler:
         plugin = self.ctx.profile.package or "torch"
         on_device = device_type in _devices(gm, example_inputs) and device_type != "cpu"
         graphs = self.wants_graphs()
-        if self.kind == INDUCTOR and (not on_device or inductor_generates_code_for(device_type)):
+        if self.kind == INDUCTOR and not on_device:
+            if graphs:  # inductor leaves CPU code out of CUDA graphs, as it does natively
+                return (self._requested(), "inductor without CUDA graphs",
+                        "the graph's tensors are CPU tensors, which inductor never captures in CUDA graphs; "
+                        "the same results")
+            return self._requested(), None, ""
+        if self.kind == INDUCTOR and inductor_generates_code_for(device_type):
             return self._requested(), None, ""
         if graphs and policy.graphs_backend and lookup(policy.graphs_backend) is not None:
             mode = self.options.get("mode")
