@@ -120,10 +120,9 @@ def _cuda_settings(ctx, inductor_runs: bool) -> None:
 class Site:
     """Where the script called torch.compile; frame-like (f_code.co_filename, f_lineno) for CallLog.add."""
 
-    def __init__(self, filename: str, line: int, source: str):
+    def __init__(self, filename: str, line: int):
         self.f_code = SimpleNamespace(co_filename=filename)
         self.f_lineno = line
-        self.source = source
 
     def __str__(self) -> str:
         return f"{self.f_code.co_filename}:{self.f_lineno}"

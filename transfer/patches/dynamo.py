@@ -125,21 +125,16 @@ def _policy_optimize(ctx, original):
         backend = kwargs["backend"] if "backend" in kwargs else (args[0] if args else "inductor")
         kind = compile_policy.kind_of(backend)
         if kind is not None:
-            frame = frames.user_frame(sys._getframe(1))
-            site = None
-            if frame is not None:
-                import linecache
-
-                filename, line = frame.f_code.co_filename, frame.f_lineno
-                site = compile_policy.Site(filename, line, linecache.getline(filename, line).strip())
+            frame = frames.user_frame(sys._getframe(1))  # the script's torch.compile / optimize line
+            site = None if frame is None else compile_policy.Site(frame.f_code.co_filename, frame.f_lineno)
             options = {"backend": kind}
             mode = _mode_of(backend)
             if mode:
                 options["mode"] = mode
             if kwargs.get("nopython"):
                 options["fullgraph"] = True
-            if kwargs.get("dynamic") is not None:
-                options["dynamic"] = kwargs["dynamic"]
+            if kwargs.get("dynamic"):
+                options["dynamic"] = True
             policy = compile_policy.TargetCompiler(backend, kind, ctx, site, options)
             if "backend" in kwargs or not args:
                 kwargs["backend"] = policy
