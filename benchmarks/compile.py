@@ -18,6 +18,13 @@ stand-ins are measured too when they import, for information):
 * Agreement: small functions that branch on a translated value, run eagerly
   and compiled under the shim; a compiled result that differs from the eager
   one means dynamo evaluated the CUDA spelling without the translation.
+* Training (issue 25; not with --quick: inductor's first compile takes minutes
+  on 2 cores): a small transformer block trained as a CUDA script does, eager
+  and ``torch.compile(model)`` (what the target's compile policy makes of
+  inductor: inductor on the cpu target, the plug-in's backend or aot_eager on
+  the stand-ins, see transfer/patches/compile_policy.py). Compile time (first
+  compiled step less the first eager step) and steady-state step time, as the
+  ratio compiled / eager of the medians; the compiled losses equal eager's.
 """
 
 from __future__ import annotations
@@ -114,6 +121,53 @@ def _fullgraph(fn, x, backend: str) -> Dict[str, Any]:
     return result
 
 
+def _training(steps: int) -> Dict[str, Any]:
+    """Eager vs torch.compile(model) for a small transformer block on 'cuda' (the shim installed)."""
+    import copy
+    import statistics
+
+    import torch._dynamo
+    import torch.nn as nn
+
+    import transfer
+
+    torch.manual_seed(0)
+    block = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True)
+    x = torch.randn(8, 16, 64, device="cuda")
+
+    def stepper(model):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step():
+            start = time.perf_counter()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            value = loss.item()  # synchronises, as a training loop's logging does
+            return time.perf_counter() - start, value
+        return step
+
+    torch._dynamo.reset()
+    eager, compiled = stepper(copy.deepcopy(block).cuda()), stepper(torch.compile(copy.deepcopy(block).cuda()))
+    eager_times, eager_losses, compiled_times, compiled_losses = [], [], [], []
+    for _ in range(steps):  # interleaved: the machine's load drifts alike for both
+        seconds, loss = eager()
+        eager_times.append(seconds)
+        eager_losses.append(loss)
+        seconds, loss = compiled()
+        compiled_times.append(seconds)
+        compiled_losses.append(loss)
+    warm = max(2, steps // 4)  # the first steps compile (forward, then backward) and warm caches
+    eager_ms = statistics.median(eager_times[warm:]) * 1e3
+    compiled_ms = statistics.median(compiled_times[warm:]) * 1e3
+    runs_as = {k: v for k, v in transfer.status()["substitutions"].items() if k.startswith("torch.compile")}
+    return {"steps": steps, "runs_as": runs_as or "inductor (as asked)",
+            "compile_seconds": compiled_times[0] - eager_times[0], "eager_step_ms": eager_ms,
+            "compiled_step_ms": compiled_ms, "step_ratio": compiled_ms / eager_ms,
+            "max_loss_difference": max(abs(a - b) for a, b in zip(eager_losses, compiled_losses))}
+
+
 def run_target(target: str, quick: bool) -> Dict[str, Any]:
     unavailable = C.enter_child(target)
     if unavailable:
@@ -144,6 +198,13 @@ def run_target(target: str, quick: bool) -> Dict[str, Any]:
                 agreement[name] = {"eager": eager.tolist(), "compiled": None, "matches": False,
                                    "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         out["shim"]["eager_vs_compiled"] = agreement
+        if quick:
+            out["training"] = {"status": "not measured with --quick: inductor's first compile takes minutes"}
+        else:
+            try:
+                out["training"] = {"status": "ok", **_training(steps=40)}
+            except Exception as exc:
+                out["training"] = {"status": f"error: {type(exc).__name__}: {str(exc)[:300]}"}
     finally:
         transfer.uninstall()
     out["native"] = {"explain": _explain(port_fn, x)}

@@ -150,6 +150,15 @@ def table(results: Dict[str, Any]) -> str:
             if s["eager_compiled_disagreements"]:
                 lines.append("      compiled result differs from eager under the shim for: "
                              + ", ".join(s["eager_compiled_disagreements"]))
+            training = res.get("training", {})
+            if training.get("status") == "ok":
+                lines.append(f"      training: torch.compile runs as {training['runs_as']}; compile "
+                             f"{training['compile_seconds']:.1f} s, step compiled / eager "
+                             f"{training['step_ratio']:.2f} ({training['compiled_step_ms']:.2f} / "
+                             f"{training['eager_step_ms']:.2f} ms), losses differ by at most "
+                             f"{training['max_loss_difference']:.1e}")
+            elif training:
+                lines.append(f"      training: {training['status']}")
 
     memory = results.get("memory", {}).get("targets", {})
     if memory:

@@ -400,7 +400,7 @@ def test_exit_code_atexit_and_stats_preserved(extension, tmp_path):
     (stats,) = glob.glob(str(tmp_path / "npu-*.json"))
     data = json.loads(open(stats).read())
     assert data == {"vendor": "npu", "backend": "hccl", "collectives": {}, "device_indices": [2],
-                    "process_groups": []}, data
+                    "process_groups": [], "compiled_graphs": {}}, data
 
 
 @pytest.mark.compat  # CI runs it on torch 2.0.1, the one torch of the CI pairs without PrivateUse1

@@ -38,6 +38,20 @@ class EnvRename(NamedTuple):
         return str(max(1, int(float(value) * self.scale)))
 
 
+class CompilePolicy(NamedTuple):
+    """What torch.compile's CUDA compilers (inductor, CUDA graphs) become on a target, per graph
+    (`transfer/patches/compile_policy.py`): inductor where it generates code for the graph's devices (CPU
+    tensors; a plug-in that registered a code generator for its device), else the plug-in's own dynamo
+    backend named here if it is registered, else `fallback`. Names are what the real plug-in registers
+    (read in its wheel), never guessed: None where it is not known to register one."""
+
+    inductor: str  # whether and how inductor generates code for the device, for messages and docs
+    backend: Optional[str] = None  # the plug-in's own dynamo backend, where inductor has no code for the device
+    graphs_backend: Optional[str] = None  # mode="reduce-overhead" / backend="cudagraphs": the plug-in's graphs
+    fallback: str = "eager"  # registered with every torch: dynamo's graphs run as traced, what eager computes
+    tf32: str = ""  # what CUDA's TF32 switches (allow_tf32, set_float32_matmul_precision) do on the target
+
+
 class Profile(NamedTuple):
     """Everything `transfer` needs to know about one target."""
 
@@ -59,6 +73,8 @@ class Profile(NamedTuple):
     # What the target offers instead of a CUDA C++ extension (.cu sources), for the
     # error a CUDAExtension / cpp_extension.load of CUDA sources raises.
     custom_kernels: str = ""
+    # torch.compile(...) on the target (transfer/patches/compile_policy.py).
+    compile: CompilePolicy = CompilePolicy(inductor="no code generator for the device is known")
 
     @property
     def is_cpu(self) -> bool:
@@ -84,6 +100,16 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 "/usr/local/Ascend/ascend-toolkit/set_env.sh)",
                 device_type="npu",
                 backend="hccl",
+                # torch_npu 2.13.0 (read in the PyPI wheel): entry points torch_dynamo_backends npu (TorchAir;
+                # returns the graph as is without torchair), npugraph_ex, npugraphs (graph trees); the device
+                # interface for npu at torch._dynamo's import; register_backend_for_device("npu", ...) inside
+                # its inductor wrapper only when Triton-Ascend is installed ("triton-ascend is not installed"
+                # otherwise); inductor's cudagraphify becomes npugraphify.
+                compile=CompilePolicy(
+                    inductor="torch_npu registers inductor code generation for npu only with Triton-Ascend "
+                    "installed", backend="npu", graphs_backend="npugraphs",
+                    tf32="TF32 is CUDA's; the npu's counterpart, HF32 (torch.npu.matmul.allow_hf32, "
+                    "torch.npu.conv.allow_hf32), is not switched: matmuls keep torch_npu's default"),
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
                 custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
                 "from PyTorch through torch_npu's custom-operator adaptation (OpPlugin) or a C++ extension "
@@ -115,6 +141,9 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 "(it is not on PyPI), e.g. inside the teco training docker image",
                 device_type="sdaa",
                 backend="tccl",
+                compile=CompilePolicy(
+                    inductor="torch_sdaa is not known to register a dynamo backend or inductor code generation "
+                    "for sdaa (tests/vendors/README.md)", tf32="TF32 is CUDA's; no sdaa counterpart is known"),
                 visible_devices_env="SDAA_VISIBLE_DEVICES",
                 custom_kernels="kernels in Tecorigin's own device language from its SDK, registered for "
                 "PrivateUse1 through torch_sdaa's extension mechanism",
@@ -134,6 +163,9 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 install_hint="install torch_gcu from Enflame's TopsRider release (it is not on PyPI)",
                 device_type="gcu",
                 backend="eccl",
+                compile=CompilePolicy(
+                    inductor="torch_gcu is not known to register a dynamo backend or inductor code generation "
+                    "for gcu (tests/vendors/README.md)", tf32="TF32 is CUDA's; no gcu counterpart is known"),
                 visible_devices_env="TOPS_VISIBLE_DEVICES",
                 custom_kernels="kernels in Enflame's own device language from its TopsRider SDK, registered "
                 "for PrivateUse1 through torch_gcu's extension mechanism",
@@ -163,6 +195,10 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 install_hint="",
                 device_type="cpu",
                 backend="gloo",
+                compile=CompilePolicy(
+                    inductor="inductor generates C++ for CPU tensors",
+                    tf32="float32 matmul precision 'high' / 'medium' selects oneDNN's TF32 / BF16 matmuls on the "
+                    "CPU, as on CUDA; allow_tf32 = True sets 'high'"),
                 visible_devices_env=None,
                 custom_kernels="a C++ CPU implementation built with CppExtension / cpp_extension.load of the "
                 ".cpp sources alone",

@@ -17,13 +17,19 @@ The C stand-ins of the hot wrappers (transfer/fastcalls.py) are opaque to
 dynamo, a graph break each. Dynamo is shown the Python closure each stands in
 for instead, at the source ``<where the stand-in is>.__transfer_python__``, so
 it traces (and guards on) exactly what it traced before the C path existed.
+
+``torch.compile`` / ``torch._dynamo.optimize`` asking for inductor or CUDA graphs get, per graph, the
+target's own compiler where the installed plug-in registers one, else a backend that runs on the target,
+said once per call site (`compile_policy`; the target's `profiles.CompilePolicy`).
 """
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
-from .. import fastcalls
+from .. import fastcalls, frames
 
 
 def apply(ctx) -> None:
@@ -100,9 +106,57 @@ def apply(ctx) -> None:
     ctx.registry.replace_when_imported("dynamo.cuda_triton", "torch._dynamo.device_interface", "CudaInterface",
                                        "raise_if_triton_unavailable", make_triton_check)
 
+    def make_optimize(original):
+        return _policy_optimize(ctx, original)
+
+    # torch.compile calls torch._dynamo.optimize (torch 2.0-2.14), as scripts do themselves.
+    ctx.registry.replace_when_imported("dynamo.compile_policy", "torch._dynamo", "", "optimize", make_optimize)
+
     if fastcalls.enabled():
         ctx.registry.replace_when_imported("dynamo.fastcalls", "torch._dynamo.variables.builder", "VariableBuilder",
                                            "_wrap", _traced_as_python)
+
+
+def _policy_optimize(ctx, original):
+    """torch._dynamo.optimize whose inductor / cudagraphs backend becomes a `compile_policy.TargetCompiler`."""
+    from . import compile_policy
+
+    def optimize(*args, **kwargs):
+        backend = kwargs["backend"] if "backend" in kwargs else (args[0] if args else "inductor")
+        kind = compile_policy.kind_of(backend)
+        if kind is not None:
+            frame = frames.user_frame(sys._getframe(1))  # the script's torch.compile / optimize line
+            site = None if frame is None else compile_policy.Site(frame.f_code.co_filename, frame.f_lineno)
+            options = {"backend": kind}
+            mode = _mode_of(backend)
+            if mode:
+                options["mode"] = mode
+            if kwargs.get("nopython"):
+                options["fullgraph"] = True
+            if kwargs.get("dynamic"):
+                options["dynamic"] = True
+            policy = compile_policy.TargetCompiler(backend, kind, ctx, site, options)
+            if "backend" in kwargs or not args:
+                kwargs["backend"] = policy
+            else:
+                args = (policy,) + tuple(args[1:])
+        return original(*args, **kwargs)
+
+    optimize.__wrapped__ = original
+    optimize.__doc__ = original.__doc__
+    return optimize
+
+
+def _mode_of(backend):
+    """torch.compile's mode, as far as its inductor wrapper's config shows it (None: default)."""
+    config = getattr(backend, "config", None)
+    if not isinstance(config, dict):
+        return None
+    if config.get("triton.cudagraphs"):
+        return "reduce-overhead" if not config.get("max_autotune") else "max-autotune"
+    if config.get("max_autotune"):
+        return "max-autotune-no-cudagraphs"
+    return None
 
 
 def _traced_as_python(original):

@@ -37,6 +37,7 @@ import atexit
 import contextvars
 import json
 import os
+import sys
 import time
 import weakref
 
@@ -62,6 +63,8 @@ def write_stats() -> str | None:
         "collectives": dict(sorted(_distributed.COUNTS.items())),
         "device_indices": sorted(C.used_devices()),
         "process_groups": list(_distributed.GROUPS),
+        # graphs each of the vendor's own dynamo backends compiled (torch_npu/_dynamo.py)
+        "compiled_graphs": dict(getattr(sys.modules.get(f"{spec.package}._dynamo"), "COMPILED", {})),
     }
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{spec.name}-{os.getpid()}.json")

@@ -62,10 +62,11 @@ npu = install(SPEC)
 
 import sys as _sys  # noqa: E402
 
-from . import _ascend, _graphs  # noqa: E402
+from . import _ascend, _dynamo, _graphs  # noqa: E402
 
 _ascend.extend(npu, _sys.modules[__name__])
 _graphs.extend(npu, _sys.modules[__name__])
+_dynamo.extend(npu)  # torch.compile: the npu device interface and backends (torch_npu/utils/_dynamo.py)
 
 
 
