@@ -124,10 +124,14 @@ ENGINES: List[Engine] = [
 SESSIONS = ("tests", "engines")
 
 
-def newest_full_run(found) -> Optional["results.Run"]:
-    """The newest recorded run of SESSIONS (a later date wins; on the same date the full suite)."""
-    full = [r for r in found if r.session in SESSIONS]
-    return max(full, key=lambda r: (r.date, r.session == "tests", results.version_key(r.torch))) if full else None
+def newest_run(found, engine: Optional[Engine] = None) -> Optional["results.Run"]:
+    """The newest recorded run of SESSIONS (a later date wins; on the same date the full suite) that holds
+    any of `engine`'s tests (any run of SESSIONS without `engine`)."""
+    def holds(run) -> bool:
+        return engine is None or any(targets_of(name, test) for name in run.outcomes for test in engine.tests)
+
+    runs = [r for r in found if r.session in SESSIONS and holds(r)]
+    return max(runs, key=lambda r: (r.date, r.session == "tests", results.version_key(r.torch))) if runs else None
 
 
 def targets_of(test_id: str, test: str) -> List[str]:
@@ -151,17 +155,27 @@ def outcome(run, engine: Engine, target: str) -> str:
     return f"{passed} of {len(seen)} pass, the others skipped"
 
 
+def describe(run) -> str:
+    what = "the full suite" if run.session == "tests" else "the engines' tests"
+    return f"{what} on torch {run.torch} / Python {run.python} (`nox -s {run.session}`, {run.date})"
+
+
 def table(found) -> str:
-    run = newest_full_run(found)
-    if run is None:
+    """Each row's cells from the newest recorded run that holds the row's tests (so a row added since the
+    last full run is shown from `nox -s engines`), the runs named under the table."""
+    if newest_run(found) is None:
         return "No recorded full-suite run (docs/results/tests-torch-*.xml): run `nox -s tests`, then `nox -s results`."
     lines = ["| engine | " + " | ".join(TARGETS) + " |", "|---|" + "---|" * len(TARGETS)]
+    used: Dict[str, int] = {}
     for engine in ENGINES:
-        cells = [f"{outcome(run, engine, t)}<br>{engine.text(t)}" for t in TARGETS]
+        run = newest_run(found, engine)
+        if run is not None:
+            used[describe(run)] = used.get(describe(run), 0) + 1
+        cells = [f"{outcome(run, engine, t) if run else 'not run'}<br>{engine.text(t)}" for t in TARGETS]
         lines.append(f"| {engine.label} | " + " | ".join(cells) + " |")
     lines.append("")
-    what = "the full suite" if run.session == "tests" else "the engines' tests"
-    lines.append(f"Outcomes from {what} on torch {run.torch} / Python {run.python} (`nox -s {run.session}`, {run.date}); "
+    sources = "; ".join(f"{text} for {n} row{'s' if n > 1 else ''}" for text, n in used.items()) or "no run holds them"
+    lines.append(f"Outcomes from the newest recorded run holding each row's tests: {sources}; "
                  f"tests: " + ", ".join(sorted({f'`{t}`' for e in ENGINES for t in e.tests})) + ".")
     return "\n".join(lines)
 
