@@ -106,11 +106,15 @@ def _interface(npu):
 
 
 def _register(npu):
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    from torch._dynamo.backends import registry
 
+    # the registered backends: _COMPILER_FNS from torch 2.2, _BACKENDS before (register_backend asserts a new name)
+    known = getattr(registry, "_COMPILER_FNS", None)
+    if known is None:
+        known = getattr(registry, "_BACKENDS", {})
     for name in ("npu", "npugraphs"):
-        if name not in _COMPILER_FNS:
-            register_backend(compiler_fn=_backend(name), name=name)
+        if name not in known:
+            registry.register_backend(compiler_fn=_backend(name), name=name)
     try:
         from torch._dynamo.device_interface import register_interface_for_device
     except ImportError:  # torch < 2.2: no device interfaces
