@@ -197,7 +197,7 @@ def test_deepspeed_npu_builder_without_cann_names_set_env(tmp_path):
     assert "KeyError" not in proc.stderr, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("target", ["cpu", "npu"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_accelerate_launch_deepspeed_plugin_zero3(target, tmp_path):
     """accelerate's DeepSpeed plugin (``accelerate launch --config_file`` with ``distributed_type: DEEPSPEED``,
     ZeRO-3) over the same classifier script as the DDP jobs: accelerate wraps the model in DeepSpeed's engine,
@@ -212,7 +212,7 @@ def test_accelerate_launch_deepspeed_plugin_zero3(target, tmp_path):
     check(job, distributed_type="DistributedType.DEEPSPEED", model_class="DeepSpeedEngine")
 
 
-@pytest.mark.parametrize("target", ["cpu", "npu"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_transformers_trainer_deepspeed_zero3(target, tmp_path):
     """The transformers Trainer with a DeepSpeed ZeRO-3 config (``deepspeed=``, DeepSpeed's AdamW with the
     Trainer's "auto" values) on a tiny GPT-2 with tied embeddings, under torchrun."""
