@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
+from conftest import INSTALLED, NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
 
 NANOGPT = os.path.join(SCRIPTS, "thirdparty", "nanogpt_compile.py")
 #: The line of nanogpt_compile.py that calls torch.compile (the notice and the call-site log name it).
@@ -144,6 +144,37 @@ def test_cuda_graphs_backend_runs_as_eager_on_the_cpu_target(cpu_target, caplog)
     assert len(notices) == 1, notices
     assert notices[0].startswith(f"torch.compile at {__file__}:{line}: cudagraphs runs as dynamo's 'eager' "
                                  "backend: a CPU has no graphs to capture"), notices
+
+
+FABRIC_USER = """\
+import torch
+from lightning_fabric import Fabric  # rebinds torch.compile to a wrapper that records its arguments
+
+model = torch.nn.Linear(4, 4).cuda()
+compiled = torch.compile(model, backend="cudagraphs")
+print("equal", torch.equal(compiled(torch.ones(2, 4, device="cuda")), model(torch.ones(2, 4, device="cuda"))))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter importing Lightning: ~10 s
+def test_the_notice_names_the_scripts_line_when_a_library_wrapped_torch_compile(tmp_path):
+    """Lightning's import rebinds torch.compile to its own wrapper (lightning_fabric/wrappers.py): the notice
+    names the user's torch.compile line, not the wrapper's body (in the full suite, after a Lightning test,
+    the notice named lightning_fabric/wrappers.py)."""
+    try:
+        import lightning_fabric  # noqa: F401
+    except ImportError as exc:
+        message = f"lightning is not installed: pip install -c tests/frameworks/constraints.txt pytorch-lightning ({exc})"
+        if INSTALLED:
+            pytest.fail(message)
+        pytest.skip(message)
+    script = tmp_path / "fabric_user.py"
+    script.write_text(FABRIC_USER)
+    proc = python(str(script), env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=None))
+    assert "equal True" in proc.stdout, proc.stdout
+    notices = [line for line in proc.stderr.splitlines() if "torch.compile at " in line]
+    assert len(notices) == 1, proc.stderr
+    assert f"torch.compile at {script}:5: cudagraphs runs as dynamo's 'eager' backend" in notices[0], notices
 
 
 SPELLINGS = os.path.join(SCRIPTS, "compile_spellings.py")

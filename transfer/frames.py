@@ -59,9 +59,21 @@ def is_internal(code) -> bool:
     return kind(code) != USER
 
 
-def user_frame(frame) -> Optional[Any]:
-    """The nearest frame, from `frame` outwards, that is the user's code (None: there is none)."""
-    while frame is not None and kind(frame.f_code) != USER:
+def user_frame(frame, wrapping: Any = None) -> Optional[Any]:
+    """The nearest frame, from `frame` outwards, that is the user's code (None: there is none).
+
+    `wrapping`, a function: the frames of the wrappers in its ``__wrapped__`` chain are not the user's
+    either. Libraries re-bind public torch functions to pass-through wrappers (Lightning's
+    ``torch.compile = _capture_compile_kwargs(torch.compile)`` at import): the line to name is the one that
+    called torch.compile, not the wrapper's body.
+    """
+    skip = set()
+    while wrapping is not None and len(skip) < 32:
+        code = getattr(wrapping, "__code__", None)
+        if code is not None:
+            skip.add(id(code))  # by identity: code objects compare equal across files
+        wrapping = getattr(wrapping, "__wrapped__", None)
+    while frame is not None and (kind(frame.f_code) != USER or id(frame.f_code) in skip):
         frame = frame.f_back
     return frame
 

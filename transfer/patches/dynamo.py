@@ -125,7 +125,8 @@ def _policy_optimize(ctx, original):
         backend = kwargs["backend"] if "backend" in kwargs else (args[0] if args else "inductor")
         kind = compile_policy.kind_of(backend)
         if kind is not None:
-            frame = frames.user_frame(sys._getframe(1))  # the script's torch.compile / optimize line
+            # the script's torch.compile / optimize line, past wrappers a library bound over torch.compile
+            frame = frames.user_frame(sys._getframe(1), wrapping=torch.compile)
             site = None if frame is None else compile_policy.Site(frame.f_code.co_filename, frame.f_lineno)
             options = {"backend": kind}
             mode = _mode_of(backend)
