@@ -183,7 +183,7 @@ def _static(owner, attribute):
 
 def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(install_cpu, tmp_path):
     import transfer
-    from test_invisible import _native_facts, _problems
+    from test_pickling_and_introspection import _native_facts, _problems
 
     install_cpu(TRANSFER_LOG=None)
     records = transfer._active.registry.records()
