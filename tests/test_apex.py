@@ -1,4 +1,4 @@
-"""apex and amp_C as transfer provides them (issue 15 item 3), on the cpu target in-process.
+"""apex and amp_C as transfer provides them, on the cpu target in-process.
 
 Every numerical check compares with tests/apex_reference.py: float64 restatements of
 apex's documented kernels, never transfer's code. Hypothesis draws shapes and

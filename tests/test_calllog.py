@@ -222,7 +222,7 @@ shutil.rmtree(sys.argv[1])
 
 
 def test_the_log_ends_with_uninstall_and_nothing_is_left_for_exit(tmp_path):
-    """Issue 24 item 8: the call-site log outlived uninstall(): with the folder removed, exit printed
+    """The call-site log once outlived uninstall(): with the folder removed, exit printed
     "Exception ignored in atexit callback ... FileNotFoundError", and a test's log printed its summary
     line at the end of the whole pytest session. The log ends with the install: file and summary then."""
     directory = tmp_path / "log"
@@ -272,7 +272,7 @@ def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summar
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1, proc.stderr
 
 
-# ---------------------------------------------------------------- issue 19: the rehearsal (--plan)
+# ---------------------------------------------------------------- the rehearsal (--plan)
 
 PLAN_JOB = r"""
 import torch

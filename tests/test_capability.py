@@ -1,4 +1,4 @@
-"""Capability checks (issue 15 item 6): one policy per target.
+"""Capability checks: one policy per target.
 
 CUDA users pick bf16 with ``torch.cuda.get_device_capability() >= (8, 0)`` (or
 ``torch.cuda.is_bf16_supported()``), and read ``get_device_properties().major``.
@@ -89,7 +89,7 @@ def test_vendor_capability_follows_the_hardware(vendor, extra, capability, bf16)
         assert f"transfer answers {capability}" in proc.stderr, proc.stderr
 
 
-# What a CUDA script does with the advice of every UnsupportedCudaAPI message (issue 24 item 1).
+# What a CUDA script does with the advice of every UnsupportedCudaAPI message.
 GUARDED = """
 import torch
 print("version", torch.version.cuda)

@@ -1,4 +1,4 @@
-"""CUDA graphs (issue 15 item 5): torch.cuda.CUDAGraph / graph / make_graphed_callables.
+"""CUDA graphs: torch.cuda.CUDAGraph / graph / make_graphed_callables.
 
 CUDA's documented semantics are the oracle (PyTorch's "CUDA Graphs" notes): capture does not run the
 captured work (an optimizer.step() inside it changes nothing until the first replay); replay re-runs

@@ -1,4 +1,4 @@
-"""Issue 9 causes 1-3 and the set-device rule: what frameworks and public scripts tripped on.
+"""What frameworks and public scripts tripped on, and the set-device rule.
 
 1. TorchScript sees torch's builtins through the factory replacements (``import
    torch.distributed.optim``, user ``@torch.jit.script`` helpers), and a scripted
@@ -137,7 +137,7 @@ def test_missing_cuda_classes_stay_classes(cpu_target):
 
     with pytest.raises(UnsupportedCudaAPI):
         MyStream()
-    # CUDA graphs are real classes on every target since issue 15 (transformers' `torch.cuda.CUDAGraph | None`)
+    # CUDA graphs are real classes on every target (transformers' `torch.cuda.CUDAGraph | None`)
     assert inspect.isclass(torch.cuda.CUDAGraph) and typing.Optional[torch.cuda.CUDAGraph]
     assert isinstance(torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph)
 

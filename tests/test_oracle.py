@@ -36,7 +36,7 @@ PROGRAMS = 40  # generated programs per target, besides the hypothesis ones
 #: difference must fall under a prefix, and every prefix must still match a difference. Each probe
 #: named here is named in README's "Known limits" (checked below).
 KNOWN = {
-    # README, Known limits: "cpu target, memory" and "cpu target, random numbers" (issue 17, items 1-2).
+    # docs/limits.md (Known limits): "cpu target, memory" and "cpu target, random numbers".
     "cpu": {
         "copy_pin_memory": {"/is_pinned"},
         "data_loader_pin_memory": {"/is_cuda", "/pinned"},

@@ -40,7 +40,7 @@ def _vendor_module(profile):
 def _runs_the_target(obj, native, depth=4) -> bool:
     """`obj` (torch.cuda.<name> under the shim) is, copies, subclasses or calls the target's `native`.
 
-    Replacements name themselves as the CUDA originals (their __wrapped__ is CUDA's, issue 11), so
+    Replacements name themselves as the CUDA originals (their __wrapped__ is CUDA's), so
     this follows the code: a function installed as a copy shares its code object, a class becomes
     a same-behaving subclass, a device-translating layer holds the target's function in its closure.
     """

@@ -18,7 +18,7 @@ allreduces on its own device; cpu: gloo), identical parameters on both ranks, th
 (accuracy far beyond chance), tied weights still tied, and which path the framework took (its
 native vendor path or its CUDA path). A control shows what a user gets without transfer.
 
-Libraries are pinned in ``constraints.txt``. (Issue 9's causes 1-3 inside transfer, TorchScript
+Libraries are pinned in ``constraints.txt``. (Three causes inside transfer, TorchScript
 builtins for MMEngine, `torch.cuda.CUDAGraph | None` for transformers, the cpu target's device count
 and `device_id` for Lightning and DeepSpeed, made 11 of these jobs fail before they were fixed.)
 """
