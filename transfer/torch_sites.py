@@ -25,7 +25,7 @@ torch that reads it is listed in `SITES` with a decision:
 `scan()` finds the sites in an installed torch by parsing its sources (no
 import), so the table can be checked against any torch version:
 ``python -m transfer.torch_sites`` lists them with their decisions and names
-every site the table lacks (tests/test_faithful_cpu.py fails on one).
+every site the table lacks (tests/test_torch_is_cuda_sites.py fails on one).
 docs/torch-is-cuda-sites.md is this table in prose.
 """
 
