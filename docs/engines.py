@@ -189,7 +189,7 @@ def write(page: str = PAGE) -> None:
 
 def check(page: str = PAGE) -> List[str]:
     text = open(page, encoding="utf-8").read()
-    if results.readme_block(text, BEGIN, END) != table(results.runs(results.RECORDED)):
+    if results.page_block(text, BEGIN, END) != table(results.runs(results.RECORDED)):
         return [f"{os.path.relpath(page, results.ROOT)}'s table is not what docs/results/*.xml say: run `nox -s results`"]
     return []
 
