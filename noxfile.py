@@ -374,17 +374,15 @@ def quickstart(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def results(session: nox.Session) -> None:
-    """Copy the junit files of the runs (.nox/junit) to docs/results/ and write docs/results.md's tables
-    from docs/results/ (docs/results.py) and docs/engines.md's table (docs/engines.py). Run it after the
-    sessions whose rows you want to refresh."""
-    target = os.path.join(ROOT, "docs", "results")
-    os.makedirs(target, exist_ok=True)
-    for path in sorted(glob.glob(os.path.join(JUNIT, "*.xml"))):
-        if os.path.basename(path).startswith(("fast-", "nvidia_env-")):
-            continue  # the fast tier is a subset of the full run, not a row
-        shutil.copy(path, target)
-        session.log(f"{os.path.relpath(path, ROOT)} -> {os.path.relpath(target, ROOT)}")
-    session.run(sys.executable, os.path.join(ROOT, "docs", "results.py"), "--write", external=True)
+    """Record the junit files of the runs (.nox/junit) in docs/results/ (without this machine's paths) and
+    write docs/results.md's tables from docs/results/ (docs/results.py) and docs/engines.md's table
+    (docs/engines.py). Run it after the sessions whose rows you want to refresh."""
+    runs = [path for path in sorted(glob.glob(os.path.join(JUNIT, "*.xml")))
+            if not os.path.basename(path).startswith(("fast-", "nvidia_env-"))]  # the fast tier is no row
+    tool = os.path.join(ROOT, "docs", "results.py")
+    if runs:  # copied without the paths of this machine (docs/results.py record())
+        session.run(sys.executable, tool, "--record", *runs, external=True)
+    session.run(sys.executable, tool, "--write", external=True)
     session.run(sys.executable, os.path.join(ROOT, "docs", "engines.py"), "--write", external=True)
 
 

@@ -6,6 +6,10 @@ writes one table row per file into docs/results.md between the RESULTS markers. 
 are those of its run, so the table cannot claim what was not run.
 
     python docs/results.py DIR            print the table of the junit files in DIR
+    python docs/results.py --record FILE...
+                                          copy junit files to docs/results/ without the paths of the machine
+                                          that ran them (what `nox -s results` does; a file already there is
+                                          rewritten in place)
     python docs/results.py --write        docs/results.md's tables from docs/results/
     python docs/results.py --check        exit 1 when docs/results.md's tables are not what docs/results/ says
     python docs/results.py --check --compare .nox/junit
@@ -22,7 +26,9 @@ import argparse
 import glob
 import os
 import re
+import shutil
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from typing import Dict, List, NamedTuple, Optional
 
@@ -82,6 +88,40 @@ class Run(NamedTuple):
     @property
     def counts(self):
         return self.passed, self.failed, self.skipped
+
+
+#: Absolute paths of the machine that ran a suite, as pytest writes them into junit messages (skip reasons,
+#: tracebacks), and what each becomes in a recorded file: the copy of the test tree a nox session ran
+#: (`<checkout>/.nox/tree-compat-2.0.1/tests/x.py` -> `tests/x.py`), a virtual environment's site-packages,
+#: pytest's temporary folders, and the checkout itself (ROOT, or the folder holding the file's .nox/).
+MACHINE_PATHS = [
+    (re.compile(r"(?<![\w.])/(?:[^\s'\"<>:/]+/)*\.nox/tree-[^\s'\"<>:/]+/"), ""),
+    (re.compile(r"(?<![\w.])/(?:[^\s'\"<>:/]+/)*lib/python[0-9.]+/site-packages/"), "site-packages/"),
+    (re.compile(r"(?<![\w.])/(?:[^\s'\"<>:/]+/)*pytest-of-[^\s'\"<>:/]+/pytest-[0-9]+/"), "pytest-tmp/"),
+]
+
+
+def strip_machine_paths(text: str, root: str = ROOT) -> str:
+    """`text` without the absolute paths of the machine that ran the suite (MACHINE_PATHS, then `root`)."""
+    for pattern, replacement in MACHINE_PATHS:
+        text = pattern.sub(replacement, text)
+    return text.replace(root.rstrip(os.sep) + os.sep, "")
+
+
+def record(path: str, folder: str = "") -> str:
+    """Copy the junit file `path` into `folder` (default docs/results/) with strip_machine_paths applied,
+    in place when it is already there; returns the recorded file's path."""
+    target = os.path.join(folder or RECORDED, os.path.basename(path))
+    with open(path, encoding="utf-8") as fh:
+        text = strip_machine_paths(fh.read())
+    ET.fromstring(text.encode("utf-8"))  # still a junit file (the replacements touch no markup)
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(target)), suffix=".xml")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(temporary, 0o644)
+    shutil.move(temporary, target)
+    return target
 
 
 def version_key(version: str):
@@ -215,10 +255,14 @@ def drift(compare: str) -> List[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folder", nargs="?", help="print the table of the junit files in this folder")
+    parser.add_argument("--record", metavar="FILE", nargs="+", default=[],
+                        help="copy junit files to docs/results/ without the machine's paths")
     parser.add_argument("--write", action="store_true", help="write docs/results.md's tables from docs/results/")
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/results.md's tables are stale")
     parser.add_argument("--compare", metavar="DIR", help="with --check: fresh junit files to compare with docs/results")
     args = parser.parse_args(argv)
+    for path in args.record:
+        print(f"{path} -> {os.path.relpath(record(path), ROOT)}")
     if args.write:
         write()
         print(f"docs/results.md: results tables from {len(runs(RECORDED))} runs in docs/results/")
