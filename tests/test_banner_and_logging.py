@@ -6,6 +6,9 @@ or after install, once, in the application's format; transfer adds no handler an
 
 from conftest import clean_env, python
 
+#: The one line transfer says on the cpu target (the README's quick start shows it).
+BANNER = "transfer: CUDA calls run on cpu (any CPU); float16 autocast runs as bfloat16; details: TRANSFER_REPORT=FILE"
+
 
 LOGGING_PROBE = """
 import logging
@@ -24,8 +27,7 @@ def test_no_logging_configured_banner_and_warnings_reach_stderr_once():
     # one short line; the detail (nccl -> gloo among it) on request, through what an unmodified
     # script can use: TRANSFER_REPORT (not transfer.report(), which it cannot call)
     (banner,) = [line for line in proc.stderr.splitlines() if line.startswith("transfer: CUDA calls run on cpu")]
-    assert banner == ("transfer: CUDA calls run on cpu (any CPU); float16 autocast runs as bfloat16; "
-                      "details: TRANSFER_REPORT=FILE"), banner
+    assert banner == BANNER, banner
     assert "propagate True handlers 0 level 0" in proc.stdout  # nothing of the application's changed
 
 
