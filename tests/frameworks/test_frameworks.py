@@ -85,7 +85,7 @@ class Job:
             env.update(no_gpu())
         # Under the cpu target no GPU is hidden: torch.cuda is transfer's virtual devices there, and a
         # CUDA_VISIBLE_DEVICES='' would be read by the frameworks themselves (MMEngine's logger maps
-        # LOCAL_RANK through it and fails), which a laptop user never sets (README, Known limits).
+        # LOCAL_RANK through it and fails), which a laptop user never sets (docs/limits.md).
         if self.target != "cpu":
             env["PYTHONPATH"] = vendor_site(self.target, self.workdir)
             env["SIM_ACCEL_STATS_DIR"] = self.stats_dir
