@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # python benchmarks/calllog.py
 
 from benchmarks import _common as C  # noqa: E402
 
-TARGET = 1.05  # issue 10: a training step slows by at most 5% with the log on
+TARGET = 1.05  # the bar: a training step slows by at most 5% with the log on
 FULL = {"repeats": 21, "block_s": 0.1, "min_steps": 5, "max_steps": 400, "warmup": 3}
 QUICK = {"repeats": 3, "block_s": 0.01, "min_steps": 2, "max_steps": 10, "warmup": 1}
 ARMS = ("on", "off", "control")
