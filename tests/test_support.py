@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import transfer
-from transfer import cpu_runtime, support
+from transfer import support
+from transfer.cpu import runtime as cpu_runtime
 from transfer.devices import Target
 from transfer.errors import UnsupportedCudaAPI
 from transfer.patches import PatchContext, cuda_namespace
@@ -92,7 +93,7 @@ def test_every_patched_name_behaves_as_the_table_says(patched, caplog):
             assert expected.cls == support.PLACEHOLDER
             # the table's markers answer is_bf16_supported with a tuple (truthy); cpu says True
             assert obj() == support.CAPABILITY_BF16
-        elif expected.to.startswith(("torch.", "transfer.cpu_runtime")):
+        elif expected.to.startswith(("torch.", "transfer.cpu.runtime")):
             assert native is not None and _runs_the_target(obj, native), name
             if not profile.is_cpu:
                 assert expected.cls == support.TRANSLATED

@@ -142,7 +142,8 @@ def _unexport_choice() -> None:
 def _apply(profile, registry, strict):
     import torch  # noqa: F401  (patch areas need it loaded)
 
-    from . import cpu_runtime, neighbours
+    from . import neighbours
+    from .cpu import runtime as cpu_runtime
     from .devices import Target
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
     from .thirdparty import apply as provide_packages

@@ -258,7 +258,7 @@ call_drawing(FastCall *fc, PyObject *args, PyObject *kwargs)
     return PyObject_Call(fc->twin, args, kwargs);
 }
 
-/* The cpu target's Module.to (cpu_target.module_to): no keyword, and a first argument
+/* The cpu target's Module.to (cpu/target.py module_to): no keyword, and a first argument
  * after self that is no device spec (model.to(torch.bfloat16)): the original at once. */
 static PyObject *
 call_method(FastCall *fc, PyObject *args, PyObject *kwargs)

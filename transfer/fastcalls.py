@@ -26,7 +26,7 @@ slow path writes them, the C frame reads them; nothing else is shared.
 
 The object behaves as the twin does where users look (likeness.py's contract):
 it binds as a method (``x.to``), carries ``__name__``, ``__qualname__``,
-``__module__``, ``__doc__``, ``__wrapped__`` (set by `_calls._finish` and
+``__module__``, ``__doc__``, ``__wrapped__`` (set by `finish` and
 `likeness.present`), pickles by reference, is returned by copy/deepcopy, and
 torch.compile traces the twin in its place (patches/dynamo.py).
 
@@ -40,6 +40,7 @@ Absent (no compiler when installed, or a platform without the build) or
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 from . import switches
@@ -66,6 +67,20 @@ def is_fast(obj: Any) -> bool:
 def python_of(obj: Any) -> Any:
     """The Python wrapper a C stand-in answers for; `obj` itself otherwise."""
     return obj.__transfer_python__ if is_fast(obj) else obj
+
+
+def finish(wrapper: Callable, original: Callable, name: str) -> Callable:
+    """Give `wrapper` (a twin or its C stand-in, and the twin behind it) `original`'s metadata,
+    ``__name__`` `name` and ``__wrapped__`` `original`, so it reads as the function it replaces."""
+    if is_fast(wrapper):  # the C stand-in and its Python twin answer alike
+        finish(python_of(wrapper), original, name)
+    try:
+        functools.update_wrapper(wrapper, original)
+    except (AttributeError, TypeError):
+        pass
+    wrapper.__name__ = name
+    wrapper.__wrapped__ = original
+    return wrapper
 
 
 def _cell(function: Callable, name: str) -> Any:

@@ -92,7 +92,7 @@ VENDOR_API: Mapping[str, frozenset] = {
                                 "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
 }
 
-#: torch.cuda names `transfer.cpu_runtime` answers for the cpu target.
+#: torch.cuda names `transfer.cpu.runtime` answers for the cpu target.
 CPU_API = frozenset(
     _DEVICE + _STREAMS + _RNG + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
     + ("get_device_name", "get_device_properties", "is_bf16_supported", "get_device_capability",
@@ -198,7 +198,7 @@ def native_spelling(profile: str, api: str) -> str:
 
 #: CUDA graph names (patches/graphs.py): the vendor's graph API where it has one
 #: (torch_npu's NPUGraph family, read in the 2.13.0 wheel's torch_npu/npu/graphs.py),
-#: else transfer's op-by-op replay (transfer/graph_replay.py).
+#: else transfer's op-by-op replay (transfer/cpu/graph_replay.py).
 GRAPH_NAMES = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle", "is_current_stream_capturing")
 VENDOR_GRAPHS: Mapping[str, Mapping[str, str]] = {
     "npu": {"CUDAGraph": "NPUGraph", "graph": "graph", "make_graphed_callables": "make_graphed_callables",
@@ -221,7 +221,7 @@ def _graph_support(profile: str, name: str) -> Support:
     if name in vendor:
         return Support(TRANSLATED, f"torch.{p.device_type}.{vendor[name]}",
                        f"{p.package}'s graph API (on a {p.package} without it: transfer's op replay)")
-    home = "transfer.graph_replay"
+    home = "transfer.cpu.graph_replay"
     return Support(TRANSLATED, f"{home}.{name}", _REPLAY[name])
 
 
@@ -232,7 +232,7 @@ def target_api(profile: str) -> frozenset:
 
 def _cuda_support(profile: str, name: str) -> Support:
     p = PROFILES[profile]
-    home = "transfer.cpu_runtime" if p.is_cpu else f"torch.{p.device_type}"
+    home = "transfer.cpu.runtime" if p.is_cpu else f"torch.{p.device_type}"
     if name in GRAPH_NAMES:
         return _graph_support(profile, name)
     if name == "get_device_capability":

@@ -13,12 +13,12 @@ the wrapper does.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
 
 from .. import fastcalls
+from ..fastcalls import finish
 from ..devices import DEVICE_SPEC_TYPES
 
 _MISS = object()
@@ -27,18 +27,6 @@ _MISS = object()
 _NO_DEVICE_TYPES = frozenset({torch.dtype, type(None)})
 _NO_ARG = object()  # no positional argument given
 _NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
-
-
-def _finish(wrapper: Callable, original: Callable, name: str) -> Callable:
-    if fastcalls.is_fast(wrapper):  # the C stand-in and its Python twin answer alike
-        _finish(fastcalls.python_of(wrapper), original, name)
-    try:
-        functools.update_wrapper(wrapper, original)
-    except (AttributeError, TypeError):
-        pass
-    wrapper.__name__ = name
-    wrapper.__wrapped__ = original
-    return wrapper
 
 
 def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False) -> Callable:
@@ -78,7 +66,7 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
     on CUDA, so ``x.to('cuda')`` never aliases ``x``; other calls are untouched.
     """
     if copy_moves:
-        return _finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original),
+        return finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original),
                        original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
@@ -130,7 +118,7 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
             return original(self)
         return original(self, first)
 
-    return _finish(fastcalls.stand_in(fastcalls.TO, to, original, flag=to_signature), original,
+    return finish(fastcalls.stand_in(fastcalls.TO, to, original, flag=to_signature), original,
                    api.rsplit(".", 1)[-1])
 
 
@@ -269,7 +257,7 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                 undirected()
             return original(*args, **kwargs)
 
-        return _finish(fastcalls.stand_in(fastcalls.DRAWING, drawing, original, current=current,
+        return finish(fastcalls.stand_in(fastcalls.DRAWING, drawing, original, current=current,
                                           flag=undirected is not None), original, api.rsplit(".", 1)[-1])
 
     def factory(*args, **kwargs):
@@ -283,5 +271,5 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
             return original(*args, **kwargs)
         return original(*args)
 
-    return _finish(fastcalls.stand_in(fastcalls.FACTORY, factory, original, cache=translator.cache,
+    return finish(fastcalls.stand_in(fastcalls.FACTORY, factory, original, cache=translator.cache,
                                       spec_types=spec_types), original, api.rsplit(".", 1)[-1])

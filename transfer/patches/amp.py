@@ -119,7 +119,7 @@ def apply(ctx) -> None:
     if hasattr(torch.amp, "GradScaler"):  # torch < 2.3: only the CUDA-only torch.cuda.amp.GradScaler
         reg.wrap("amp.GradScaler", torch.amp.GradScaler, "__init__", scaler_init)
     elif ctx.cpu is not None:  # its CPU kernels
-        from .. import cpu_kernels
+        from ..cpu import kernels as cpu_kernels
 
         library = cpu_kernels.register_grad_scaler()
         if library is not None:

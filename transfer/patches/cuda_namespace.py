@@ -1,7 +1,7 @@
 """``torch.cuda.*`` -> the target's device module.
 
 Each public name of torch.cuda is pointed at the same name on
-``torch.<vendor>`` (or `transfer.cpu_runtime`): the very same function object
+``torch.<vendor>`` (or `transfer.cpu.runtime`): the very same function object
 where it takes no device argument, so ``torch.cuda.is_available()`` costs what
 ``torch.npu.is_available()`` costs. Functions and classes that take a device
 get a thin layer translating ``'cuda:1'`` to the target's device. A name the
@@ -281,7 +281,7 @@ class CudaStyleProperties:
         try:
             return getattr(self._vendor, name)
         except AttributeError:
-            from ..cpu_runtime import DeviceProperties
+            from ..cpu.runtime import DeviceProperties
 
             if name == "gcnArchName":
                 return str(getattr(self._vendor, "name", ""))

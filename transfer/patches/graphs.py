@@ -7,7 +7,7 @@ Where the target's package has a graph API (torch_npu: ``NPUGraph``,
 those (``CUDAGraph`` a subclass of the vendor's graph class accepting CUDA's
 ``keep_graph``; ``torch.cuda.graph(cuda_graph=...)`` passes the graph on).
 Elsewhere (the cpu target; sdaa and gcu as far as known) they are
-`transfer.graph_replay`'s: capture records the ops, replay re-runs them on the
+`transfer.cpu.graph_replay`'s: capture records the ops, replay re-runs them on the
 same tensors (CUDA's results, no launch savings), with one notice at the
 first capture. Never a stub that does nothing.
 """
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import graph_replay, support
+from .. import support
+from ..cpu import graph_replay
 
 
 def apply(ctx) -> None:

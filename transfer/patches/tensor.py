@@ -6,7 +6,8 @@ import inspect
 
 import torch
 
-from ._calls import _NOTHING_SEEN, _finish, device_first, device_keyword
+from ..fastcalls import finish
+from ._calls import _NOTHING_SEEN, device_first, device_keyword
 from ..devices import DEVICE_SPEC_TYPES
 
 # torch < 2.3 names the C base class of torch.Tensor `_TensorBase`.
@@ -68,7 +69,7 @@ def _cuda(ctx):
             return native_to(self, device, None, non_blocking, copy)  # keywords cost ~250 ns
         return native_to(self, device, None, non_blocking, copy, memory_format=memory_format)
 
-    return _finish(cuda, torch.Tensor.cuda, "cuda")
+    return finish(cuda, torch.Tensor.cuda, "cuda")
 
 
 def _pin_memory(ctx):
