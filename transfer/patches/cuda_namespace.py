@@ -43,7 +43,7 @@ def apply(ctx) -> None:
     target_name = f"torch.{ctx.profile.device_type}" if ctx.cpu is None else ctx.cpu.NAME
     names = [n for n in cuda.__all__ if n not in _SUBMODULES and not n.endswith(_SKIP_SUFFIXES)]
     names += [n for n in _INTERNAL_DEFAULTS if n not in names]
-    placeholders = support.PLACEHOLDERS.get(ctx.profile.name, frozenset())
+    placeholders = ctx.profile.placeholders
     for name in names:
         if name in support.GRAPH_NAMES and ctx.registry.enabled(f"graphs.{name}"):
             continue  # the graphs area (patches/graphs.py) installs these
@@ -212,7 +212,7 @@ def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bo
     one notice for the user's first call when the answer is derived.
     """
     native = None if impl is None else _translating(ctx, "get_device_capability", original, impl)
-    native_is_cuda_style = support.NATIVE_CAPABILITY_ENV.get(ctx.profile.name) is not None
+    native_is_cuda_style = ctx.profile.native_capability_env is not None
     check = ctx.target.translator("torch.cuda.get_device_capability")
 
     def value_of(device=None):
