@@ -168,8 +168,9 @@ def _apply(profile, registry, strict):
                                 f"for the {profile.name} target on torch {torch.__version__}")
         if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
             from .calllog import attach
+            from .plan import planned
 
-            ctx.log = attach(ctx, os.environ["TRANSFER_LOG"].strip())
+            ctx.log = attach(ctx, os.environ["TRANSFER_LOG"].strip(), planned())
         for area in DEFERRED:
             apply_area(ctx, area)
     except BaseException:
