@@ -573,6 +573,15 @@ fc_get_twin(PyObject *self, void *closure)
     return twin;
 }
 
+/* The twin's closure cells this object reads, (last, plain) (None where its kind reads none): the
+ * contract with the twin (patches/_calls.py TWIN_CELLS), checked by tests/test_twin_cells.py. */
+static PyObject *
+fc_get_cells(PyObject *self, void *closure)
+{
+    FastCall *fc = (FastCall *)self;
+    return PyTuple_Pack(2, fc->last, fc->plain);
+}
+
 /* Pickles by reference, as a function does: pickle looks __module__.__qualname__ up and
  * checks it finds this object (transfer/likeness.py); copy/deepcopy return it. */
 static PyObject *
@@ -624,6 +633,7 @@ static PyGetSetDef fc_getset[] = {
     {"__qualname__", fc_get_named, fc_set_named, NULL, "__qualname__"},
     {"__module__", fc_get_named, fc_set_named, NULL, "__module__"},
     {"__transfer_python__", fc_get_twin, NULL, "the Python wrapper this object stands in for", NULL},
+    {"__transfer_cells__", fc_get_cells, NULL, "the twin's closure cells read here: (last, plain)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

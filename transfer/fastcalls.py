@@ -22,7 +22,10 @@ that answers the calls the twin's hot frame answers, in C:
 
 Every other call goes to the twin unchanged, so translation misses, reports
 and errors stay the twin's. The memos are the twin's own closure cells: its
-slow path writes them, the C frame reads them; nothing else is shared.
+slow path writes them, the C frame reads them; nothing else is shared. Which
+cells, by name, is declared beside the twins (`patches._calls.TWIN_CELLS`) and
+passed to `stand_in`; each stand-in shows the cells it holds as
+``__transfer_cells__`` (tests/test_twin_cells.py checks the two agree).
 
 The object behaves as the twin does where users look (likeness.py's contract):
 it binds as a method (``x.to``), carries ``__name__``, ``__qualname__``,
@@ -41,7 +44,7 @@ Absent (no compiler when installed, or a platform without the build) or
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 from . import switches
 
@@ -84,25 +87,33 @@ def finish(wrapper: Callable, original: Callable, name: str) -> Callable:
 
 
 def _cell(function: Callable, name: str) -> Any:
-    return function.__closure__[function.__code__.co_freevars.index(name)]
+    try:
+        return function.__closure__[function.__code__.co_freevars.index(name)]
+    except ValueError:
+        raise ValueError(f"{function.__qualname__} has no free variable {name!r}: the C frame reads it "
+                         "(patches/_calls.py TWIN_CELLS names each twin's cells)") from None
 
 
 def stand_in(kind: str, twin: Callable, original: Callable, cache: Any = None, spec_types: Any = None,
-             current: Any = None, flag: bool = False) -> Callable:
+             current: Any = None, flag: bool = False, cells: Tuple[str, ...] = ()) -> Callable:
     """A C stand-in for `twin` (a closure of patches/_calls.py), or `twin` when not `enabled`.
 
-    `flag` is `to_signature` for TO, ``undirected is not None`` for DRAWING.
+    `flag` is `to_signature` for TO, ``undirected is not None`` for DRAWING. `cells`: the names of
+    the twin's free variables the C frame reads, (last, plain) for TO / TO_COPY, (last,) for
+    DRAWING: declared beside the twins (`patches._calls.TWIN_CELLS`).
     """
     if not enabled():
         return twin
     if kind in (TO, TO_COPY):
         code = {TO: _fastcalls.TO, TO_COPY: _fastcalls.TO_COPY}[kind]
-        return _fastcalls.make(code, twin, original, _cell(twin, "last"), _cell(twin, "plain"), None, None,
+        last, plain = cells
+        return _fastcalls.make(code, twin, original, _cell(twin, last), _cell(twin, plain), None, None,
                                None, flag)
     if kind == FACTORY:
         return _fastcalls.make(_fastcalls.FACTORY, twin, original, None, None, cache, spec_types, None, False)
     if kind == DRAWING:
-        return _fastcalls.make(_fastcalls.DRAWING, twin, original, _cell(twin, "last"), None, None, None,
+        (last,) = cells
+        return _fastcalls.make(_fastcalls.DRAWING, twin, original, _cell(twin, last), None, None, None,
                                current, flag)
     if kind == METHOD:
         return _fastcalls.make(_fastcalls.METHOD, twin, original, None, None, None, spec_types, None, False)

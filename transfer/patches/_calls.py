@@ -28,6 +28,19 @@ _NO_DEVICE_TYPES = frozenset({torch.dtype, type(None)})
 _NO_ARG = object()  # no positional argument given
 _NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
 
+#: The contract with the C frames (transfer/_fastcalls.c): the free variables of each twin below
+#: that its C stand-in reads, by kind, in the order `fastcalls.stand_in` takes them. The twin's
+#: slow path writes them, the C frame reads them: ``last`` is the memo of the last device argument,
+#: ``(argument, translation)`` (`device_first`), ``(argument, translation, moved)`` (`_copying_to`),
+#: ``(device argument, translation, generator)`` (`device_keyword`'s drawing); ``plain`` the last
+#: first argument naming no device. Renaming one here or in its twin alone fails at install;
+#: tests/test_twin_cells.py checks each twin and its stand-in against this table.
+TWIN_CELLS = {
+    fastcalls.TO: ("last", "plain"),
+    fastcalls.TO_COPY: ("last", "plain"),
+    fastcalls.DRAWING: ("last",),
+}
+
 
 def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False) -> Callable:
     """Wrap a ``to``-style callable: device as first positional or `device=`.
@@ -66,8 +79,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
     on CUDA, so ``x.to('cuda')`` never aliases ``x``; other calls are untouched.
     """
     if copy_moves:
-        return finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original),
-                       original, api.rsplit(".", 1)[-1])
+        return finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original,
+                                         cells=TWIN_CELLS[fastcalls.TO_COPY]), original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
     last = _NOTHING_SEEN  # (argument, translation)
@@ -118,8 +131,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
             return original(self)
         return original(self, first)
 
-    return finish(fastcalls.stand_in(fastcalls.TO, to, original, flag=to_signature), original,
-                   api.rsplit(".", 1)[-1])
+    return finish(fastcalls.stand_in(fastcalls.TO, to, original, flag=to_signature,
+                                     cells=TWIN_CELLS[fastcalls.TO]), original, api.rsplit(".", 1)[-1])
 
 
 def _copying_to(ctx, api: str, original: Callable) -> Callable:
@@ -258,7 +271,8 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
             return original(*args, **kwargs)
 
         return finish(fastcalls.stand_in(fastcalls.DRAWING, drawing, original, current=current,
-                                          flag=undirected is not None), original, api.rsplit(".", 1)[-1])
+                                         flag=undirected is not None, cells=TWIN_CELLS[fastcalls.DRAWING]),
+                      original, api.rsplit(".", 1)[-1])
 
     def factory(*args, **kwargs):
         if kwargs:
