@@ -69,9 +69,9 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     global _active, _outcome, _plan
     import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
 
-    from . import selection
+    from . import selection, settings
     from .errors import TransferError
-    from .switches import check_environment, flag
+    from .settings import check_environment, flag
 
     with _lock:
         wanted = selection.requested(device)
@@ -88,16 +88,16 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
         from .registry import Registry, revert_left_behind
 
         revert_left_behind()  # an earlier install's replacements that another patch's undo put back
-        registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
+        registry = Registry(disabled=settings.disabled())
         profile, why = selection.select(wanted, prepare=lambda p: before_vendor_import(registry, p))
         if profile is None:
             _outcome = {"active": False, "reason": why}
             if why == selection.NATIVE_CUDA:
-                if os.environ.get("TRANSFER_PLAN", "").strip() and os.environ.get("TRANSFER_LOG", "").strip():
+                if settings.plan_name() and settings.log_directory():
                     from .plan import observe  # the rehearsal (transfer-run --plan): log for the plan, change nothing
 
                     if _plan is None:
-                        _plan = observe(os.environ["TRANSFER_LOG"].strip())
+                        _plan = observe(settings.log_directory())
                     _outcome["plan"] = _plan.profile.name
                     _outcome["call_sites"] = _plan.log.records
                 else:
@@ -142,7 +142,7 @@ def _unexport_choice() -> None:
 def _apply(profile, registry, strict):
     import torch  # noqa: F401  (patch areas need it loaded)
 
-    from . import neighbours
+    from . import neighbours, settings
     from .cpu import runtime as cpu_runtime
     from .devices import Target
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
@@ -166,11 +166,11 @@ def _apply(profile, registry, strict):
         provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
         registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now
                                 f"for the {profile.name} target on torch {torch.__version__}")
-        if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
+        if settings.log_directory():  # the per-call-site log (transfer/calllog.py)
             from .calllog import attach
             from .plan import planned
 
-            ctx.log = attach(ctx, os.environ["TRANSFER_LOG"].strip(), planned())
+            ctx.log = attach(ctx, settings.log_directory(), planned())
         for area in DEFERRED:
             apply_area(ctx, area)
     except BaseException:
@@ -289,7 +289,7 @@ def _say_once(message: str) -> None:
     ``logging.lastResort`` is None. transfer's warnings need nothing of the
     kind: the last resort shows them when nothing is configured.
     """
-    from .switches import flag
+    from .settings import flag
 
     if flag("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
         return
@@ -310,7 +310,9 @@ def _banner(ctx) -> None:
     """
     profile = ctx.profile
     instead = "".join(f"; {what} runs as {how.split(' (')[0]}" for what, how in ctx.substitutions.items())
-    path = os.environ.get("TRANSFER_REPORT")
+    from .settings import report_path
+
+    path = report_path()
     detail = f"report at exit: {path}" if path else "details: TRANSFER_REPORT=FILE"
     _say_once(f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}){instead}; {detail}")
     if path:
@@ -326,7 +328,7 @@ def _write_report(path: str) -> None:
     try:
         with open(path, "w") as fh:
             json.dump(status(), fh, indent=2, default=str)
-    except OSError as exc:  # checked at install (switches.py); the folder went away since: one line at exit
+    except OSError as exc:  # checked at install (settings.py); the folder went away since: one line at exit
         import sys
 
         sys.stderr.write(f"transfer: TRANSFER_REPORT={path!r} could not be written at exit ({exc}); "

@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Optional, Tuple
 
-from . import switches
+from . import settings
 
 try:
     from . import _fastcalls
@@ -60,7 +60,7 @@ TO, TO_COPY, FACTORY, DRAWING, METHOD, NOARGS = "to", "to_copy", "factory", "dra
 
 def enabled() -> bool:
     """True when the extension is built and TRANSFER_NO_FASTCALLS is off (read at each install)."""
-    return _fastcalls is not None and not switches.flag("TRANSFER_NO_FASTCALLS")
+    return _fastcalls is not None and not settings.flag("TRANSFER_NO_FASTCALLS")
 
 
 def is_fast(obj: Any) -> bool:

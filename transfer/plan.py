@@ -30,7 +30,7 @@ from typing import Any, List, NamedTuple, Optional
 
 import torch
 
-from . import support
+from . import settings, support
 from .devices import parse_cuda
 
 
@@ -51,7 +51,9 @@ def planned_profile():
     """The profile TRANSFER_PLAN names (None when unset); a bad name raises TransferError naming the choices."""
     from .profiles import PROFILES
 
-    name = os.environ.get("TRANSFER_PLAN", "").strip().lower()
+    from .settings import plan_name
+
+    name = plan_name()
     if not name:
         return None
     if name not in PROFILES:
@@ -141,7 +143,7 @@ def observe(directory: str, profile_name: Optional[str] = None) -> Any:
     if plan is None:
         raise ValueError("observe() needs a planned target: TRANSFER_PLAN=<profile> or profile_name")
     profile = plan.profile
-    registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
+    registry = Registry(disabled=settings.disabled())
     for name, owner, attribute in _functions():
         registry.replace(name, owner, attribute, getattr(owner, attribute))
     for name, module, attribute in _WRAPPED:

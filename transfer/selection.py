@@ -10,7 +10,6 @@ that imports without devices is skipped with a warning naming it.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import logging
@@ -19,6 +18,7 @@ import re
 import sys
 from typing import Callable, Optional, Tuple
 
+from . import settings
 from .errors import NoDeviceError, UnknownDeviceError, VendorPackageMissing
 from .profiles import AUTO, CHOICES, OFF, PROFILES, Profile
 
@@ -34,11 +34,10 @@ def requested(device: Optional[str] = None, source: Optional[str] = None) -> str
     A value that names no target raises `UnknownDeviceError` naming where it came from (`source`:
     ``--device`` for transfer-run's flag; default TRANSFER_DEVICE), the closest choice and them all.
     """
-    value = device if device is not None else os.environ.get("TRANSFER_DEVICE", "")
+    value = device if device is not None else settings.value("TRANSFER_DEVICE")
     value = (value or AUTO).strip().lower()
     if value not in CHOICES:
-        close = difflib.get_close_matches(value, CHOICES, n=1, cutoff=0.5)
-        guess = f" Did you mean '{close[0]}'?" if close else ""
+        guess = settings.did_you_mean(value, CHOICES, cutoff=0.5)
         where = f"{source} {value!r}" if source and source.startswith("-") else f"{source or 'TRANSFER_DEVICE'}={value!r}"
         raise UnknownDeviceError(
             f"{where} is not a known target.{guess} Choose one of: {', '.join(CHOICES)} "

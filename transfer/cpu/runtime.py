@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 
+from .. import settings
 from ..devices import invalid_ordinal, parse_cuda, raise_as_torch
 
 
@@ -91,9 +92,9 @@ def device_count() -> int:
     can only mean the cpu target). Under torchrun, CUDA_VISIBLE_DEVICES=0 with 2 workers per
     node leaves one device, so rank 1's ``set_device(1)`` raises, as on CUDA.
     """
-    value = os.environ.get("TRANSFER_CPU_DEVICES", "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
+    devices = settings.cpu_devices()
+    if devices is not None:
+        return devices
     listed = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
     if listed is not None:
         return listed
