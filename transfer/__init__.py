@@ -62,7 +62,7 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     Idempotent and thread-safe: a second call returns the current status; asking
     for a different target while one is active raises (uninstall first).
     Raises before patching anything when a TRANSFER_* switch has a bad value,
-    and `ConflictError` when another patcher of torch is active (neighbours.py);
+    and `ConflictError` when another patcher of torch is active (conflicts.py);
     a misspelled TRANSFER_DISABLE name raises with the valid names, torch left
     as it was. Returns `status()`.
     """
@@ -142,7 +142,7 @@ def _unexport_choice() -> None:
 def _apply(profile, registry, strict):
     import torch  # noqa: F401  (patch areas need it loaded)
 
-    from . import neighbours, settings
+    from . import conflicts, settings
     from .cpu import runtime as cpu_runtime
     from .devices import Target
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
@@ -161,7 +161,7 @@ def _apply(profile, registry, strict):
         strict=strict,
     )
     try:
-        neighbours.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
+        conflicts.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
         provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
         registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now

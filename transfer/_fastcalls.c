@@ -583,7 +583,7 @@ fc_get_cells(PyObject *self, void *closure)
 }
 
 /* Pickles by reference, as a function does: pickle looks __module__.__qualname__ up and
- * checks it finds this object (transfer/likeness.py); copy/deepcopy return it. */
+ * checks it finds this object (transfer/presentation.py); copy/deepcopy return it. */
 static PyObject *
 fc_reduce(PyObject *self, PyObject *unused)
 {

@@ -17,7 +17,7 @@ Free when off: `attach` runs only when TRANSFER_LOG is set, and it wraps the
 already installed replacements; with it unset nothing is wrapped (``Tensor.is_cuda``
 stays the target's own C getter). With it on:
 
-* functions get a logging layer named and pickled as the original (likeness.py);
+* functions get a logging layer named and pickled as the original (presentation.py);
 * wrapt wrappers (DDP, DataParallel, DataLoader, amp, distributed, torch.load)
   get a new wrapper around the patch's own: the patch's call to torch's original
   is observed, so "became" is what the patch really passed on
@@ -57,7 +57,7 @@ import torch
 
 from . import frames, support
 from .devices import parse_cuda
-from .likeness import PathWrapper, alias_meta, present
+from .presentation import PathWrapper, alias_meta, present
 from .logfiles import Sink
 from .registry import MISSING
 

@@ -133,7 +133,7 @@ def _dynamo_is_compiling() -> bool:
 
 
 # torch < 2.3 has no torch.compiler.is_compiling (torch 2.0 has no torch.compiler).
-_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _dynamo_is_compiling
+is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _dynamo_is_compiling
 
 
 class Translator:
@@ -155,7 +155,7 @@ class Translator:
         return result
 
     def miss(self, spec: Any) -> Any:
-        if _is_compiling():
+        if is_compiling():
             # Inside a traced graph: pure computation only (no env reads, frame
             # walking or cache growth), so torch.compile sees no graph break.
             return self.target.translate(spec, check=False)

@@ -27,10 +27,10 @@ cells, by name, is declared beside the twins (`patches._calls.TWIN_CELLS`) and
 passed to `stand_in`; each stand-in shows the cells it holds as
 ``__transfer_cells__`` (tests/test_twin_cells.py checks the two agree).
 
-The object behaves as the twin does where users look (likeness.py's contract):
+The object behaves as the twin does where users look (presentation.py's contract):
 it binds as a method (``x.to``), carries ``__name__``, ``__qualname__``,
 ``__module__``, ``__doc__``, ``__wrapped__`` (set by `finish` and
-`likeness.present`), pickles by reference, is returned by copy/deepcopy, and
+`presentation.present`), pickles by reference, is returned by copy/deepcopy, and
 torch.compile traces the twin in its place (patches/dynamo.py).
 
 One abi3 build serves Python 3.8-3.12 (vectorcall on 3.9+, one argument

@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 import wrapt
 
 from .errors import TransferError
-from .likeness import PathWrapper, present
+from .presentation import PathWrapper, present
 
 MISSING = object()
 
@@ -117,7 +117,7 @@ class Registry:
             if hasattr(owner, attribute) or _has_in_mro(owner, attribute):
                 _, _, original = wrapt.resolve_path(owner, attribute)
             own = vars(owner).get(attribute, MISSING) if hasattr(owner, "__dict__") else MISSING
-            # Named as the original and picklable by reference to owner.attribute (likeness.py).
+            # Named as the original and picklable by reference to owner.attribute (presentation.py).
             replacement = present(owner, attribute, None if original is MISSING else original, replacement)
             wrapt.apply_patch(owner, attribute, replacement)
             record = Record(name, owner, attribute, original, replacement, own)

@@ -42,9 +42,11 @@ def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) ->
 
 
 def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
+    also = ("" if prog != "python -m transfer" else
+            "python -m transfer scan|port|docs|--version is the `transfer` command (offline tools).")
     parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
                                      "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off). A .py file "
-                                     "as the command runs with this Python.")
+                                     "as the command runs with this Python.", epilog=also or None)
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
     parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
                         "rank, in DIR (sets TRANSFER_LOG)")

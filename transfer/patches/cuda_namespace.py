@@ -23,7 +23,7 @@ import torch
 from .. import fastcalls, frames, support
 from ..errors import UnsupportedCudaAPI
 from ..selection import asking_for
-from ..likeness import _copy_function, alias_class
+from ..presentation import alias_class, copy_function
 
 # Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
 # works through the torch.amp patches, nvtx is handled below.
@@ -136,7 +136,7 @@ def _c_getter(ctx, current_device: Callable) -> Callable:
     """The cpu runtime's current_device as a C stand-in (fastcalls.py) over its ContextVar's own getter:
     ``torch.cuda.current_device()`` costs one C call, not a Python frame (issue 16); any argument goes
     to (a copy of) the Python function, which raises TypeError as torch's does."""
-    return fastcalls.stand_in(fastcalls.NOARGS, _copy_function(current_device), ctx.runtime.index_getter)
+    return fastcalls.stand_in(fastcalls.NOARGS, copy_function(current_device), ctx.runtime.index_getter)
 
 
 def _translating(ctx, name: str, original: Any, impl: Any) -> Any:

@@ -41,7 +41,7 @@ import torch
 
 from ..cpu import runtime as cpu_runtime
 from .. import frames
-from ..devices import _is_compiling
+from ..devices import is_compiling
 from ..fastcalls import finish
 
 logger = logging.getLogger("transfer")
@@ -135,7 +135,7 @@ def on_device_stream(fn, *args, **kwargs):
 
 def _routed_dropout(native, name):
     def dropout(input, p, train):
-        if not train or not p or _is_compiling():
+        if not train or not p or is_compiling():
             return native(input, p, train)  # no draw (or a traced graph: native)
         return on_device_stream(native, input, p, train)
 
@@ -146,7 +146,7 @@ def _routed_dropout(native, name):
 def _routed_sdpa(native):
     def scaled_dot_product_attention(*args, **kwargs):
         p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
-        if p and not _is_compiling():
+        if p and not is_compiling():
             return on_device_stream(native, *args, **kwargs)
         return native(*args, **kwargs)
 
@@ -206,7 +206,7 @@ class _Notice:
         notice = self
 
         def check():
-            if not notice.said and notice.target.translations and not _is_compiling():
+            if not notice.said and notice.target.translations and not is_compiling():
                 notice.say(api)
 
         return check

@@ -69,10 +69,10 @@ def claim(registry, device: str) -> None:
     from . import __version__
 
     setattr(torch, MARK, {"package": _PACKAGE, "path": _PATH, "version": __version__, "device": device})
-    registry.on_revert("neighbours.mark", lambda: torch.__dict__.pop(MARK, None))
+    registry.on_revert("conflicts.mark", lambda: torch.__dict__.pop(MARK, None))
     guard = _RefuseTransferToNpu(device)
     sys.meta_path.insert(0, guard)
-    registry.on_revert("neighbours.guard", lambda: sys.meta_path.remove(guard) if guard in sys.meta_path else None)
+    registry.on_revert("conflicts.guard", lambda: sys.meta_path.remove(guard) if guard in sys.meta_path else None)
 
 
 class _RefuseTransferToNpu:
