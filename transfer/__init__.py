@@ -271,10 +271,6 @@ def report() -> str:
     return "\n".join(lines)
 
 
-def _is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
 def _say_once(message: str) -> None:
     """One line per job: rank 0 only, and not again in processes it starts.
 
@@ -289,9 +285,9 @@ def _say_once(message: str) -> None:
     ``logging.lastResort`` is None. transfer's warnings need nothing of the
     kind: the last resort shows them when nothing is configured.
     """
-    from .settings import flag
+    from .settings import flag, is_rank_zero
 
-    if flag("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
+    if flag("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not is_rank_zero():
         return
     os.environ["_TRANSFER_SAID"] = "1"
     if logger.hasHandlers():
@@ -302,7 +298,7 @@ def _say_once(message: str) -> None:
 
 
 def _banner(ctx) -> None:
-    """One short line per job (issue 24): the target, what computes otherwise than on CUDA, where the detail is.
+    """One short line per job: the target, what computes otherwise than on CUDA, where the detail is.
 
     What runs otherwise is always said (the bar: never silently); its long form, each translation
     (nccl -> gloo among them) and every call site are the detail, on request: TRANSFER_REPORT=FILE

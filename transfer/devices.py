@@ -28,6 +28,10 @@ from .device_grammar import cuda_index
 from .errors import TransferError
 from .frames import caller_site
 
+#: The C base class of torch.Tensor, whose methods are torch's own whatever is patched on Tensor
+#: (torch < 2.3 names it `_TensorBase`).
+TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+
 #: Argument types that can name a device; anything else is passed through.
 DEVICE_SPEC_TYPES = frozenset({str, int, torch.device})
 _CACHE_LIMIT = 512  # distinct arguments per API; past that, translate uncached

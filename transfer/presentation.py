@@ -1,6 +1,6 @@
 """How a replacement presents itself: names, docs, pickling, copying.
 
-The contract (issue 11): once `Registry.replace` installs ``owner.attribute =
+The contract: once `Registry.replace` installs ``owner.attribute =
 replacement``, the replacement
 
 * pickles by reference to ``owner.attribute`` (a C stand-in of fastcalls.py too): in a process without transfer the

@@ -216,7 +216,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 # ECCL_IB_HCA (NCCL's syntax: '^=mlx5_10,mlx5_11', 'mlx5_bond_0,...') and ECCL_IB_GID_INDEX=3;
                 # torch_gcu's process group reads TORCH_ECCL_* (Enflame's vLLM worker sets
                 # TORCH_ECCL_AVOID_RECORD_STREAMS; guides set TORCH_ECCL_ASYNC_ERROR_HANDLING). Seed 004's
-                # NCCL_IB_* settings were dropped on gcu before (issue 23).
+                # NCCL_IB_* settings used to be dropped on gcu.
                 env=_env(
                     NCCL_SOCKET_IFNAME=EnvRename(
                         "ECCL_SOCKET_IFNAME", note="passed as written: eccl is NCCL-derived, NCCL's syntax assumed "

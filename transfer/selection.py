@@ -120,7 +120,7 @@ def _import_vendor(profile: Profile) -> None:
 
 
 def install_hint(profile: Profile, torch_version: Optional[str] = None) -> str:
-    """How to get `profile`'s plug-in without replacing the installed torch (issue 24 item 2).
+    """How to get `profile`'s plug-in without replacing the installed torch.
 
     torch_npu is released once per torch release and requires exactly it (torch_npu 2.14.0:
     ``torch==2.14.0.*``), so an unpinned ``pip install torch_npu`` (or an extra) would swap a
@@ -185,7 +185,7 @@ def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
 
 def _skipped(failures, then: str) -> None:
     """One warning per vendor package auto passed over (rank 0: the same on every rank)."""
-    if os.environ.get("RANK", "0") != "0":
+    if not settings.is_rank_zero():
         return
     for profile, exc in failures:
         logger.warning("transfer: auto skips %s (%s): %s%s", profile.package, profile.vendor, _reason(exc), then)
@@ -198,7 +198,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _auto_refuses(broken) -> VendorPackageMissing:
-    """An installed vendor plug-in that fails to import stops `auto` (decided, issue 17).
+    """An installed vendor plug-in that fails to import stops `auto` (decided).
 
     Whoever installed torch_npu on a machine and wrote ``from transfer import auto`` wants the
     accelerator; the everyday failure (CANN's set_env.sh not sourced: "libascendcl.so: cannot open

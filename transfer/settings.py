@@ -141,6 +141,11 @@ def cpu_amp_dtype_name(environ: Optional[Mapping[str, str]] = None) -> Tuple[str
     return raw, raw.strip().lower() or "bfloat16"
 
 
+def is_rank_zero() -> bool:
+    """Whether this process says a job's one-time messages: RANK (set by launchers) is unset or 0."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def misspelled_names(environ: Optional[Mapping[str, str]] = None) -> List[Tuple[str, str]]:
     """(name, the setting it likely means) for each TRANSFER_* variable that is no setting but close to one."""
     found = []

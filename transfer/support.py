@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .profiles import PROFILES
+from .thirdparty import FLASH_ATTN_VERSION
 
 TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED = "translated", "no-op", "placeholder", "unsupported"
 CLASSES = (TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED)
@@ -348,7 +349,6 @@ _FA_VARLEN_SDPA = ("packed sequences through cu_seqlens: one SDPA call over a bl
 _FA_VARLEN_NPU = ("npu_fusion_attention TND with actual_seq_qlen/actual_seq_kvlen (cumulative lengths read on the "
                   "host: one sync per call, as the op requires)")
 _FA_PROVIDED = "transfer's flash_attn {fa} (transfer/thirdparty/flash_attn): the real package's CUDA kernels cannot run on {dev}"
-FLASH_ATTN_VERSION = "2.7.4.post1"
 
 _APEX = "transfer's apex (transfer/thirdparty/apex): the real package's CUDA kernels cannot run on {dev}"
 _HALF = "float16"

@@ -46,10 +46,9 @@ from typing import Any, Callable, Dict
 import torch
 
 from .. import fastcalls
-from ..devices import DEVICE_SPEC_TYPES, parse_cuda
+from ..devices import DEVICE_SPEC_TYPES, TensorBase, parse_cuda
 from ..fastcalls import finish
 
-_TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
 
 #: How messages name the target.
 NAME = "the cpu target"
@@ -64,7 +63,7 @@ def pin_memory(native: Callable) -> Callable:
     Pinned host memory only speeds up copies to an accelerator; there is none,
     and stock torch raises without one.
     """
-    clone = _TensorBase.clone
+    clone = TensorBase.clone
 
     def pin_memory(self, device=None):
         return clone(self)
@@ -134,7 +133,7 @@ def copying_factory(translated: Callable, name: str) -> Callable:
     CUDA where the data (a host tensor, a NumPy array) is in host memory and the result in device
     memory. Without a CUDA device they share memory as natively. `translated` is the factories
     area's device-translating wrapper."""
-    to, asarray = _TensorBase.to, torch.asarray
+    to, asarray = TensorBase.to, torch.asarray
 
     def factory(*args, **kwargs):
         device = kwargs.get("device") if kwargs else None

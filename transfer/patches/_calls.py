@@ -45,7 +45,7 @@ TWIN_CELLS = {
 def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False) -> Callable:
     """Wrap a ``to``-style callable: device as first positional or `device=`.
 
-    Measured choices (benchmarks/calls.py; issue 16's targets: 1.2x of the hand
+    Measured choices (benchmarks/calls.py; the targets: 1.2x of the hand
     port translated, 1.1x of native untouched, on every torch):
     - two memos, each one identity test: the last device argument with its
       translation, kept as one tuple (so threads never see half an update), and

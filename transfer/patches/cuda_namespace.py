@@ -82,7 +82,7 @@ def apply(ctx) -> None:
 
 
 def _hide_cuda_toolkit(ctx) -> None:
-    """``torch.version.cuda`` is None on every target, whatever torch build runs (issue 24 item 1).
+    """``torch.version.cuda`` is None on every target, whatever torch build runs.
 
     It names the CUDA toolkit torch was built with: None on a CPU build and on the builds vendor
     plug-ins sit on, ``'13.0'`` on pip's default (CUDA) torch. Code reads it to decide whether CUDA
@@ -134,7 +134,7 @@ def _device_position(original: Any) -> Optional[int]:
 
 def _c_getter(ctx, current_device: Callable) -> Callable:
     """The cpu runtime's current_device as a C stand-in (fastcalls.py) over its ContextVar's own getter:
-    ``torch.cuda.current_device()`` costs one C call, not a Python frame (issue 16); any argument goes
+    ``torch.cuda.current_device()`` costs one C call, not a Python frame; any argument goes
     to (a copy of) the Python function, which raises TypeError as torch's does."""
     return fastcalls.stand_in(fastcalls.NOARGS, copy_function(current_device), ctx.runtime.index_getter)
 

@@ -22,14 +22,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from ..devices import TensorBase
 from .torch_sites import NATIVE, NATIVE_NAME, SITES
-
-_TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
 
 
 def apply(ctx) -> None:
     reg = ctx.registry
-    if reg.replace("torch_is_cuda.getter", torch.Tensor, NATIVE_NAME, _TensorBase.__dict__["is_cuda"]) is None:
+    if reg.replace("torch_is_cuda.getter", torch.Tensor, NATIVE_NAME, TensorBase.__dict__["is_cuda"]) is None:
         return
     per_module: Dict[str, List[str]] = {}
     for (path, qualname), (decision, _reason) in SITES.items():
