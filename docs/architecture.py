@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import os
 import re
 import sys
@@ -43,6 +44,7 @@ def summary(path: str) -> str:
     return " ".join(paragraph.split()).replace("|", "\\|")
 
 
+@functools.lru_cache(maxsize=None)
 def modules(package: str = PACKAGE) -> List[Tuple[str, str]]:
     """(path relative to the package, what it holds) for every module, nested packages collapsed."""
     rows = []
