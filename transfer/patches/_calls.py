@@ -26,7 +26,7 @@ _MISS = object()
 #: ``t.to(None, dtype, non_blocking)`` (Module._apply, for every parameter).
 _NO_DEVICE_TYPES = frozenset({torch.dtype, type(None)})
 _NO_ARG = object()  # no positional argument given
-_NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
+NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
 
 #: The contract with the C frames (transfer/_fastcalls.c): the free variables of each twin below
 #: that its C stand-in reads, by kind, in the order `fastcalls.stand_in` takes them. The twin's
@@ -83,8 +83,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
                                          cells=TWIN_CELLS[fastcalls.TO_COPY]), original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
-    last = _NOTHING_SEEN  # (argument, translation)
-    plain = _NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES
+    last = NOTHING_SEEN  # (argument, translation)
+    plain = NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES
 
     def to(self, first=_NO_ARG, /, *args, **kwargs):
         if first is plain:
@@ -144,8 +144,8 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
     """
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
-    last = (_NOTHING_SEEN[0], None, False)  # (argument, translation, moved)
-    plain = _NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES: never a move
+    last = (NOTHING_SEEN[0], None, False)  # (argument, translation, moved)
+    plain = NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES: never a move
 
     def copying(self, device, args, kwargs):
         if len(args) >= 3:  # (dtype, non_blocking, copy, ...)
@@ -224,7 +224,7 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
     if draws is not None:
         lookup_generator, undirected = draws
         memo_get, generator_of, current = lookup_generator or (None, None, None)
-        last = (_NOTHING_SEEN[0], None, None)  # (device argument, translation, generator or `current`)
+        last = (NOTHING_SEEN[0], None, None)  # (device argument, translation, generator or `current`)
 
         def drawing(*args, **kwargs):
             if kwargs:

@@ -8,7 +8,7 @@ import torch
 
 from ..devices import DEVICE_SPEC_TYPES, TensorBase
 from ..fastcalls import finish
-from ._calls import _NOTHING_SEEN, device_first, device_keyword
+from ._calls import NOTHING_SEEN, device_first, device_keyword
 
 
 _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
@@ -41,7 +41,7 @@ def _cuda(ctx):
     """
     translator = ctx.target.translator("Tensor.cuda")
     preserve = torch.preserve_format
-    last = _NOTHING_SEEN
+    last = NOTHING_SEEN
     native_cuda, probe = TensorBase.cuda, torch.empty(0)
 
     def translate(device):
