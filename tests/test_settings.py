@@ -10,9 +10,7 @@ import transfer
 from transfer import settings
 from transfer.errors import TransferError
 
-from conftest import ROOT
-
-PACKAGE = os.path.join(ROOT, "transfer")
+PACKAGE = os.path.dirname(os.path.abspath(transfer.__file__))  # the installed package (nox: the wheel's)
 #: Where a TRANSFER_* variable is looked up without transfer.settings: the start-up gate, whose one
 #: raw lookup of TRANSFER_DEVICE runs at every `import torch` / interpreter start (settings.py docstring),
 #: and install's export of the chosen target to child processes (a write and its undo).
@@ -31,6 +29,7 @@ def _sources():
 
 
 def test_every_transfer_variable_the_package_names_is_a_declared_setting():
+    assert "settings.py" in dict(_sources())
     named = {m for path, text in _sources() if path != "settings.py"  # its docstring shows a misspelling
              for m in re.findall(r"(?<![_A-Z])TRANSFER_[A-Z0-9_]*[A-Z0-9]", text)}
     assert named - NOT_SETTINGS - set(settings.NAMES_OF_SETTINGS) == set()

@@ -87,6 +87,9 @@ class Profile(NamedTuple):
     native_capability_env: Optional[str] = None
     # Why the target's own get_device_capability is no native spelling of CUDA's (`transfer port`'s advice).
     own_capability: str = ""
+    # DeepSpeed has its own accelerator for the target (deepspeed/accelerator/*_accelerator.py), which its probe
+    # finds; else patches/deepspeed.py gives it one (DeepSpeed's CUDA accelerator under the target's names).
+    deepspeed_accelerator: bool = False
 
     @property
     def is_cpu(self) -> bool:
@@ -144,6 +147,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 graphs=MappingProxyType({"CUDAGraph": "NPUGraph", "is_current_stream_capturing":
                                          "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),
                 native_capability_env="TORCH_NPU_DEVICE_CAPABILITY",
+                deepspeed_accelerator=True,
                 own_capability="torch_npu's own torch.npu.get_device_capability() returns None unless "
                 "TORCH_NPU_DEVICE_CAPABILITY is set",
                 custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
@@ -182,6 +186,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 visible_devices_env="SDAA_VISIBLE_DEVICES",
                 cuda_api=frozenset(_COMMON + ("_lazy_init", "_is_in_bad_fork")),
                 own_capability="torch_sdaa has no get_device_capability",
+                deepspeed_accelerator=True,
                 custom_kernels="kernels in Tecorigin's own device language from its SDK, registered for "
                 "PrivateUse1 through torch_sdaa's extension mechanism",
                 # tccl is NCCL-derived and keeps NCCL's variable names (and, assumed, the interface
