@@ -7,7 +7,8 @@ placeholder, unsupported), what the call becomes there ("became": ``cuda:1 ->
 npu:1``) and why ("reason"). Each record names the plan (``"plan": "npu"``).
 
 * Where transfer runs the job (a vendor, the cpu target), the shim translates
-  as always and the log classifies for the plan (calllog reads TRANSFER_PLAN).
+  as always and the log classifies for the plan (`planned` reads TRANSFER_PLAN;
+  transfer.install passes the plan to `calllog.attach`).
 * On real CUDA, where ``auto`` installs nothing, `observe` installs nothing
   that changes a result: each CUDA-facing entry point (the ``torch.cuda``
   functions, ``Tensor.cuda``/``to``, ``Module.cuda``/``to``, the factories, the
@@ -35,7 +36,7 @@ from .devices import parse_cuda
 
 
 class Plan(NamedTuple):
-    """The rehearsal's planned target: its profile, and its device translation as text."""
+    """The rehearsal's planned target: its profile, and its device translation as text (`calllog.attach` takes it)."""
 
     profile: Any  # transfer.profiles.Profile
     target: "PlanTarget"
@@ -51,15 +52,14 @@ def planned_profile():
     """The profile TRANSFER_PLAN names (None when unset); a bad name raises TransferError naming the choices."""
     from .profiles import PROFILES
 
-    from .settings import plan_name
-
-    name = plan_name()
+    name = settings.plan_name()
     if not name:
         return None
     if name not in PROFILES:
         from .errors import TransferError
 
-        raise TransferError(f"TRANSFER_PLAN={name!r}: not a target; choose one of {', '.join(PROFILES)}")
+        raise TransferError(f"TRANSFER_PLAN={name!r}: not a target.{settings.did_you_mean(name, PROFILES)} Choose one "
+                            f"of {', '.join(PROFILES)}")
     return PROFILES[name]
 
 
