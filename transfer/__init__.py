@@ -161,7 +161,7 @@ def _apply(profile, registry, strict):
         strict=strict,
     )
     try:
-        conflicts.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
+        conflicts.claim(registry, profile.name, __version__)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
         provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
         registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now
