@@ -57,8 +57,8 @@ import torch
 
 from . import frames, support
 from .devices import parse_cuda
-from .presentation import PathWrapper, alias_meta, present
 from .logfiles import Sink
+from .presentation import PathWrapper, alias_meta, present
 from .registry import MISSING
 
 # Areas not listed decide nothing a user's CUDA call asks: environment (variables set once at

@@ -39,8 +39,8 @@ import sys
 
 import torch
 
-from ..cpu import runtime as cpu_runtime
 from .. import frames
+from ..cpu import runtime as cpu_runtime
 from ..devices import is_compiling
 from ..fastcalls import finish
 
