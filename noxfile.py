@@ -131,6 +131,9 @@ def build_wheel(session: nox.Session) -> str:
     os.makedirs(WORK, exist_ok=True)
     with open(os.path.join(WORK, "build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # setuptools copies the package into build/lib* and never removes what is gone from the source:
+        # a module moved or renamed since the last build would ship in the wheel beside its new home
+        shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
         session.run_install(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
     (wheel,) = glob.glob(os.path.join(dist, DISTRIBUTION.replace("-", "_") + "-*.whl"))
     return wheel

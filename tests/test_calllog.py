@@ -70,7 +70,7 @@ def test_log_of_train_cuda_has_each_call_site_once(tmp_path):
     assert by_call["torch.cuda.max_memory_allocated()"]["class"] == "placeholder"
     assert by_call["Tensor.to('cuda', non_blocking=True)"]["became"] == "'cuda' -> cpu"
     event = by_call["torch.cuda.Event(enable_timing=True)"]
-    assert (_line(event), event["class"], event["became"]) == (67, "translated", "transfer.cpu_runtime.Event")
+    assert (_line(event), event["class"], event["became"]) == (67, "translated", "transfer.cpu.runtime.Event")
     by_line = {_line(r): r for r in records}
     assert by_line[60]["call"].startswith("DataLoader(")
     assert (by_line[60]["class"], by_line[60]["became"]) == ("no-op", "pin_memory=True -> False")

@@ -113,7 +113,7 @@ def test_scripted_cuda_device_runs_on_the_vendor_device(vendor, tmp_path):
 # ---------------------------------------------------------------- 2. missing CUDA classes
 
 def test_missing_cuda_classes_stay_classes(cpu_target):
-    from transfer import cpu_runtime
+    from transfer.cpu import runtime as cpu_runtime
 
     classes = [r for r in cpu_target._active.registry.records()
                if r.name.startswith("cuda_namespace.") and inspect.isclass(r.original)]
@@ -145,7 +145,7 @@ def test_missing_cuda_classes_stay_classes(cpu_target):
 # ---------------------------------------------------------------- 3. cpu target: count, device_id
 
 def test_cpu_target_defaults_to_two_devices(cpu_target, monkeypatch):
-    from transfer import cpu_runtime
+    from transfer.cpu import runtime as cpu_runtime
 
     assert cpu_runtime.DEFAULT_DEVICES == 2 and torch.cuda.device_count() == 2
     torch.cuda.set_device(1)

@@ -67,7 +67,7 @@ def _problems(record, native):
     """Every way the installed replacement differs from the native object, as text."""
     obj = getattr(record.owner, record.attribute)
     if not (callable(obj) or inspect.isclass(obj)):
-        return []  # constants, namespaces and data descriptors (Tensor.is_cuda): see likeness.py
+        return []  # constants, namespaces and data descriptors (Tensor.is_cuda): see presentation.py
     found = []
     if native["pickles"]:
         try:
@@ -88,7 +88,7 @@ def _problems(record, native):
         # holds the original: then ours must name a place that holds ours (where it is
         # installed; for a rebound copy, ``from torch import tensor`` in a library module,
         # the public place the same replacement is installed at).
-        from transfer.likeness import resolve
+        from transfer.presentation import resolve
 
         if resolve(names["__module__"], names["__qualname__"]) is obj or resolve(*ours) is not obj:
             found.append(f"names {ours} != native {(names['__module__'], names['__qualname__'])}")

@@ -1,4 +1,4 @@
-"""torch's own ``is_cuda`` reads on the cpu target (transfer/torch_sites.py, docs/torch-is-cuda-sites.md).
+"""torch's own ``is_cuda`` reads on the cpu target (transfer/patches/torch_sites.py, docs/torch-is-cuda-sites.md).
 
 Every site in the installed torch is classified and documented; the sites whose CUDA branch would hand
 host memory to CUDA-only code (``__cuda_array_interface__``) see the real answer; the CUDA branches that
@@ -16,15 +16,15 @@ TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # to
 
 
 def test_every_is_cuda_read_in_torch_is_classified_and_documented():
-    """`python -m transfer.torch_sites` lists every `.is_cuda` read in the installed torch; each
+    """`python -m transfer.patches.torch_sites` lists every `.is_cuda` read in the installed torch; each
     has a decision, and docs/torch-is-cuda-sites.md is the table (regenerate it with
-    `python -m transfer.torch_sites --markdown > docs/torch-is-cuda-sites.md`)."""
-    from transfer import torch_sites
+    `python -m transfer.patches.torch_sites --markdown > docs/torch-is-cuda-sites.md`)."""
+    from transfer.patches import torch_sites
 
     sites = list(torch_sites.scan())
     assert len(sites) > 20
     missing = [s for s in sites if torch_sites.decision(s) is None]
-    assert not missing, f"classify these in transfer/torch_sites.py SITES: {missing}"
+    assert not missing, f"classify these in transfer/patches/torch_sites.py SITES: {missing}"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "docs", "torch-is-cuda-sites.md"), encoding="utf-8") as fh:
         assert fh.read() == torch_sites.markdown(), "docs/torch-is-cuda-sites.md is stale"
