@@ -2,7 +2,7 @@
 
 A Python wrapper (patches/_calls.py) pays for its frame on every call: ~1,000
 instructions on Python 3.8 for the least wrapper there is, 1.11x of torch 2.0's
-``x.to(torch.float16)`` on its own (README, "Per-call cost on each torch").
+``x.to(torch.float16)`` on its own (docs/performance.md, "Per-call cost on each torch").
 `stand_in` returns, for such a wrapper (its *twin*), a ``FastCall`` object
 that answers the calls the twin's hot frame answers, in C:
 
@@ -35,7 +35,7 @@ torch.compile traces the twin in its place (patches/dynamo.py).
 
 One abi3 build serves Python 3.8-3.12 (vectorcall on 3.9+, one argument
 tuple per call on 3.8); the C source says which non-limited symbols it uses.
-Instructions per call: README, "Per-call cost on each torch".
+Instructions per call: docs/performance.md, "Per-call cost on each torch".
 
 Absent (no compiler when installed, or a platform without the build) or
 ``TRANSFER_NO_FASTCALLS=1`` at install: `stand_in` returns the twin itself.

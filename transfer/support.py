@@ -95,7 +95,7 @@ HARMLESS: Mapping[str, Any] = {
 }
 
 
-#: Capability policy (README "Capability checks"). Targets whose own
+#: Capability policy (docs/features.md, "Capability checks"). Targets whose own
 #: get_device_capability answers a CUDA-style value when the named variable is
 #: set (torch_npu: TORCH_NPU_DEVICE_CAPABILITY="8.0"; None otherwise). Every
 #: other answer is derived: the CUDA-equivalent of what the hardware computes,
@@ -189,7 +189,7 @@ def _cuda_support(profile: str, name: str) -> Support:
     if name == "get_device_capability":
         return Support(PLACEHOLDER, capability_policy(profile),
                        f"{p.vendor} has no CUDA compute capability; the CUDA-equivalent of what it computes, so "
-                       "`capability >= (8, 0)` picks bf16 exactly where the device has it (README, Capability checks)")
+                       "`capability >= (8, 0)` picks bf16 exactly where the device has it (docs/features.md, Capability checks)")
     if name in target_api(profile):
         if name in p.placeholders:
             return Support(PLACEHOLDER, f"{home}.{name}", "no real value on this target; returns 0 / a neutral value")

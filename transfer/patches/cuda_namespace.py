@@ -200,7 +200,7 @@ def _warning(ctx, name: str, impl: Callable, message: str) -> Callable:
 def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bool) -> Callable:
     """torch.cuda.get_device_capability: always a CUDA-style (major, minor) tuple.
 
-    The policy (`support.capability_policy`, README "Capability checks"): the
+    The policy (`support.capability_policy`, docs/features.md, "Capability checks"): the
     target's own answer where it is a CUDA-style value chosen for this purpose
     (torch_npu with TORCH_NPU_DEVICE_CAPABILITY set), else the CUDA-equivalent
     of what the hardware computes: (8, 0) where bf16 is supported (Ascend 910B,

@@ -220,4 +220,4 @@ class _Notice:
             "tensor is a CPU tensor, so random ops on existing tensors cannot use the device's generator as "
             "CUDA does. From here on the CPU stream (torch.randperm, RandomSampler and DataLoader order) can "
             "differ from a CUDA run's; dropout and random factories with device='cuda' do use per-device "
-            "generators. See README, Known limits.", api, frames.caller_site(3))
+            "generators. See docs/limits.md.", api, frames.caller_site(3))
