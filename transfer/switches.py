@@ -19,7 +19,8 @@ value and the fix: the switches; TRANSFER_LOG (a directory transfer can
 create and write: a file there, or /proc/x, used to break ``import torch``
 with torch's backend-autoload message); TRANSFER_REPORT (its folder must
 exist: the report is written at exit, too late to say so); TRANSFER_PLAN (a
-target, with TRANSFER_LOG); TRANSFER_CPU_DEVICES (a positive integer; other
+target, with TRANSFER_LOG); TRANSFER_COMPARE (the accuracy mode's value, `transfer.compare.settings`);
+TRANSFER_CPU_DEVICES (a positive integer; other
 values used to be ignored). Checked where they are read: TRANSFER_DEVICE
 (`selection.requested`, with the closest target), TRANSFER_DISABLE
 (`Registry.check_disabled`), TRANSFER_CPU_AMP_DTYPE (`patches.amp.cpu_amp_dtype`,
@@ -74,6 +75,11 @@ def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
             raise TransferError(f"TRANSFER_PLAN={plan!r} writes its findings to the call-site log: set "
                                 "TRANSFER_LOG=DIR too (transfer-run --plan {0} --log DIR), or unset "
                                 "TRANSFER_PLAN".format(plan.lower()))
+    compare = env.get("TRANSFER_COMPARE", "").strip()
+    if compare:  # the accuracy mode's value (transfer/compare/settings.py)
+        from .compare.settings import parse
+
+        parse(compare)
     devices = env.get("TRANSFER_CPU_DEVICES")
     if devices is not None and devices.strip() and not (devices.strip().isdigit() and int(devices) > 0):
         raise TransferError(f"TRANSFER_CPU_DEVICES={devices!r} is not a device count: set a whole number "
