@@ -8,14 +8,20 @@ the stand-ins) the read costs nothing more. Collectives (``c10d::*``) complete l
 their outputs are checked at the step's end.
 
 The first operation, in the order they ran, whose output is not finite is the one whose inputs were
-finite (every input was an earlier operation's output, or came from outside: data, parameters). In a
+finite (every input was an earlier operation's output, or came from outside: data, parameters). Values
+made non-finite on purpose are not findings: an operation given an infinite or NaN number
+(``masked_fill(mask, float("-inf"))``, ``full(..., -inf)``, ``scalar_tensor(-inf)``: attention masks) marks
+its outputs as intended, and so does every operation that reads such an output (views of a mask, the
+scores a mask is added to). In a
 step where a GradScaler unscaled the gradients, non-finite values in the backward pass are the overflow
 it exists to catch (it skips that optimizer step): a note, not a finding.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+import math
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -34,14 +40,42 @@ def floats(out) -> List[torch.Tensor]:
     return []
 
 
+def _tensor_outputs(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for t in out if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _inputs(args, kwargs):
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, torch.Tensor):
+                    yield v
+
+
+def _nonfinite_number(args, kwargs) -> bool:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, float) and not math.isfinite(value):
+            return True
+    return False
+
+
 class NonFinite:
     def __init__(self, report):
         self.report = report
         self.session = None
-        self.flags: List[Tuple[torch.Tensor, Any]] = []
+        # (flag, op, producers of its inputs, given a non-finite number)
+        self.flags: List[Tuple[torch.Tensor, Any, tuple, bool]] = []
         self.collectives: List[Tuple[torch.Tensor, Any]] = []
         self.candidate: Optional[Any] = None
         self.scaler_step = False
+        self.producer: Dict[int, Tuple[Any, int]] = {}  # id(tensor) -> (weak reference, operation index)
+        self.intended: set = set()  # operations whose non-finite outputs are on purpose
 
     def before(self, func, args, kwargs, op):
         return None
@@ -56,11 +90,22 @@ class NonFinite:
         tensors = floats(out)
         if not tensors and func._schema.is_mutable:
             tensors = floats(args[0]) if args else []
+        producer = self.producer
+        sources = []
+        for t in _inputs(args, kwargs):
+            known = producer.get(id(t))
+            if known is not None and known[0]() is t:
+                sources.append(known[1])
+        given = _nonfinite_number(args, kwargs)
+        for t in (tensors or _tensor_outputs(out)):
+            producer[id(t)] = (weakref.ref(t), op.index)
+        if len(producer) > _FLUSH_EVERY * 8:  # forget the tensors that are gone
+            self.producer = {k: v for k, v in producer.items() if v[0]() is not None}
         if name.startswith(("c10d::", "_c10d_functional::", "c10d_functional::")):
             self.collectives.extend((t, op) for t in tensors)
             return
         for t in tensors:
-            self.flags.append((torch.isfinite(t).all(), op))
+            self.flags.append((torch.isfinite(t).all(), op, sources, given))
         self.report.checked += 1
         if len(self.flags) > _FLUSH_EVERY:
             self._read()
@@ -68,19 +113,22 @@ class NonFinite:
     def _read(self) -> None:
         flags, self.flags = self.flags, []
         for t, op in self.collectives:
-            flags.append((torch.isfinite(t).all(), op))
+            flags.append((torch.isfinite(t).all(), op, (), False))
         self.collectives = []
-        if not flags or self.candidate is not None:
+        if not flags:
             return
         try:
-            values = torch.stack([f for f, _ in flags]).tolist()
+            values = torch.stack([f[0] for f in flags]).tolist()
         except RuntimeError:  # flags on several devices
-            values = [bool(f.item()) for f, _ in flags]
-        for ok, (_, op) in zip(values, flags):
-            if not ok:
-                if self.candidate is None or op.index < self.candidate.index:
-                    self.candidate = op
-
+            values = [bool(f[0].item()) for f in flags]
+        intended = self.intended
+        for ok, (_, op, sources, given) in zip(values, flags):
+            if ok:
+                continue
+            if given or any(s in intended for s in sources):
+                intended.add(op.index)
+            elif self.candidate is None or op.index < self.candidate.index:
+                self.candidate = op
     def end_step(self, step: int) -> None:
         self._read()
         op, self.candidate = self.candidate, None
