@@ -31,20 +31,21 @@ MODES = ("nonfinite", "shadow")
 RECALL = [
     ("embedding", "forward", "ulp=256"), ("add", "forward", "ulp=256"),
     ("native_layer_norm", "forward", "eps=0.5"), ("addmm", "forward", "drop"), ("bmm", "forward", "ulp=256"),
-    ("_safe_softmax", "forward", "ulp=256"), ("where", "forward", "ulp=256"), ("mul", "forward", "ulp=256"),
+    ("_safe_softmax", "forward", "ulp=256"), ("_unsafe_view", "forward", "ulp=256"), ("mul", "forward", "ulp=256"),
     ("clone", "forward", "ulp=256"), ("gelu", "forward", "ulp=256"), ("mm", "forward", "ulp=256"),
     ("_log_softmax", "forward", "ulp=256"), ("nll_loss_forward", "forward", "ulp=256"),
     ("nll_loss_backward", "backward", "ulp=256"), ("_log_softmax_backward_data", "backward", "ulp=256"),
     ("native_layer_norm_backward", "backward", "ulp=256"), ("sum", "backward", "ulp=256"),
     ("gelu_backward", "backward", "ulp=256"), ("_softmax_backward_data", "backward", "ulp=256"),
     ("embedding_dense_backward", "backward", "ulp=256"), ("bmm", "backward", "ulp=256"),
-    ("mm", "backward", "ulp=256"), ("add", "backward", "ulp=256"), ("mul", "backward", "ulp=256"),
+    ("mm", "backward", "ulp=256"), ("add", "backward", "ulp=256"), ("mul", "backward", "ulp=256"), ("cat", "backward", "ulp=256"),
 ]
 NAN = [("gelu", "forward"), ("native_layer_norm_backward", "backward"), ("mm", "backward")]
 
 
 def drive(device, out_dir, jobs, timeout=480):
-    env = clean_env(TRANSFER_DEVICE=device, PYTHONPATH=VENDORS, TRANSFER_QUIET=1, TRANSFER_COMPARE=None,
+    path = os.pathsep.join(p for p in (VENDORS, os.environ.get("PYTHONPATH")) if p)  # a checkout's transfer too
+    env = clean_env(TRANSFER_DEVICE=device, PYTHONPATH=path, TRANSFER_QUIET=1, TRANSFER_COMPARE=None,
                     SIM_ACCEL_FAULT=None)
     proc = python(DRIVER, SCRIPT, str(out_dir), *jobs, "--", *ARGS, env=env, timeout=timeout)
     return json.loads(proc.stdout.strip().splitlines()[-1])

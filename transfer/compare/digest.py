@@ -1,17 +1,17 @@
 """Two-run diff: per-operation digests recorded in one run (``record:FILE``) and compared in another
 (``against:FILE``).
 
-A digest is the operation's first output's shape, dtype and stride, four statistics (sum, sum of
-absolute values, max, min, accumulated in float64) and four sampled values (flat positions 0, n/3, 2n/3,
-n-1): one JSON line of about 300 bytes per operation, never a whole tensor. The statistics are computed
+A digest is the operation's first output's shape, dtype and stride, two statistics (sum and L2 norm,
+accumulated in float64: two passes over the output) and four sampled values (flat positions 0, n/3,
+2n/3, n-1): one JSON line of about 250 bytes per operation, never a whole tensor. The statistics are computed
 on the output's device and read once per step, like the non-finite flags. Operations are aligned by key,
 not by position: (step, phase, operation, the user's line as ``file.py:LINE``, module, occurrence of that
 key in the step), so a record made on one machine (a CUDA machine, with or without the rehearsal
 ``--plan``) matches a run on another, where the launch adds or drops an operation (a ``.to()`` that is a
 no-op on one device and a copy on the other).
 
-A statistic differs when ``|a - b| > rtol * scale`` (scale: the record's sum of absolute values for the
-sums, its largest magnitude for the others; rtol 1e-4 fp32, 2e-3 fp16, 1e-2 bf16). The first operation
+A statistic differs when ``|a - b| > rtol * scale`` (scale: the record's norm times sqrt(n) for the sum,
+its norm for the norm, its root mean square for the samples; rtol 1e-4 fp32, 2e-3 fp16, 1e-2 bf16). The first operation
 of the run (in the order it ran) whose digest differs, or whose shape or dtype does, is the finding: the
 operations before it agreed, so its inputs did.
 """
@@ -54,8 +54,8 @@ def _stats(t: torch.Tensor) -> torch.Tensor:
     if not t.is_floating_point():
         flat = flat.to(torch.float64)
     picks = flat[torch.tensor([0, n // 3, (2 * n) // 3, n - 1], device=flat.device)].to(torch.float64)
-    return torch.cat([torch.stack([flat.sum(dtype=torch.float64), flat.abs().sum(dtype=torch.float64),
-                                   flat.max().to(torch.float64), flat.min().to(torch.float64)]), picks])
+    return torch.cat([torch.stack([flat.sum(dtype=torch.float64),
+                                   torch.linalg.vector_norm(flat, dtype=torch.float64)]), picks])
 
 
 class Digests:
@@ -152,8 +152,11 @@ class Digests:
             a, b = entry["v"], ref["v"]
             short = {"float32": "fp32", "float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}.get(entry["dtype"])
             rtol = self.settings.threshold("rtol", op.short, short or "fp32") if short else 0.0
-            magnitude = max(abs(b[2]), abs(b[3])) if all(x == x for x in b[2:4]) else float("inf")
-            scales = [b[1], b[1]] + [magnitude] * (len(b) - 2)
+            n = 1
+            for size in ref["shape"]:
+                n *= size
+            rms = b[1] / max(n, 1) ** 0.5 if b[1] == b[1] else float("inf")
+            scales = [b[1] * max(n, 1) ** 0.5, b[1]] + [rms] * (len(b) - 2)
             worst = 0.0
             for x, y, sc in zip(a, b, scales):
                 if x != x and y != y:
@@ -171,7 +174,7 @@ class Digests:
             if worst > 1:
                 metrics = {"max_rel_err": max(abs(x - y) / max(abs(y), 1e-300) for x, y in zip(a, b)
                                               if x == x and y == y) if a else None,
-                           "differs": "statistics (sum, |sum|, max, min, samples)",
+                           "differs": "statistics (sum, norm, samples)",
                            "recorded_sum": b[0], "sum": a[0]}
         key = (op.module, op.phase)
         self.rows[key] = max(self.rows.get(key, 0.0), min(score, 1e6))

@@ -1,7 +1,8 @@
 """Non-finite watch: the first operation whose output holds inf or NaN.
 
-Every floating-point output gets ``torch.isfinite(out).all()``, a one-element tensor on the output's own
-device, kept with the operation; the flags are read once per step (at its end), so no host
+Every floating-point output gets its sum accumulated in float64 (one reduction pass; NaN and inf
+propagate into it, and no sum of finite float32/bf16/fp16 values overflows float64), a one-element tensor
+on the output's own device, kept with the operation; the flags are read once per step (at its end), so no host
 synchronisation is added per operation: on an asynchronous device the operations queue as before, and
 one read per step waits for them. On targets whose operations complete synchronously (the cpu target,
 the stand-ins) the read costs nothing more. Collectives (``c10d::*``) complete later than they return:
@@ -105,7 +106,7 @@ class NonFinite:
             self.collectives.extend((t, op) for t in tensors)
             return
         for t in tensors:
-            self.flags.append((torch.isfinite(t).all(), op, sources, given))
+            self.flags.append((t.sum(dtype=torch.float64), op, sources, given))
         self.report.checked += 1
         if len(self.flags) > _FLUSH_EVERY:
             self._read()
@@ -113,14 +114,14 @@ class NonFinite:
     def _read(self) -> None:
         flags, self.flags = self.flags, []
         for t, op in self.collectives:
-            flags.append((torch.isfinite(t).all(), op, (), False))
+            flags.append((t.sum(dtype=torch.float64), op, (), False))
         self.collectives = []
         if not flags:
             return
         try:
-            values = torch.stack([f[0] for f in flags]).tolist()
+            values = torch.isfinite(torch.stack([f[0] for f in flags])).tolist()
         except RuntimeError:  # flags on several devices
-            values = [bool(f[0].item()) for f in flags]
+            values = [bool(torch.isfinite(f[0]).item()) for f in flags]
         intended = self.intended
         for ok, (_, op, sources, given) in zip(values, flags):
             if ok:

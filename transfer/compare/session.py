@@ -67,6 +67,7 @@ class Session:
         self.pending: Optional[tuple] = None
         self.handles: List[Any] = []
         self.mode: Optional[Watcher] = None
+        self.busy = False
         self.restore = None  # undoes what the mode changed for torch.compile
 
     # ------------------------------------------------------------------ lifecycle
@@ -97,7 +98,11 @@ class Session:
     def _enter(self, module, args):
         if self.ended:
             self.ended = False
-            self.checker.end_step(self.step)
+            self.busy = True  # the checker's own operations are not the run's
+            try:
+                self.checker.end_step(self.step)
+            finally:
+                self.busy = False
             self.step += 1
             self.checking = self.settings.step_checked(self.step) and not self.stopped
         name = self.names.get(id(module))
@@ -167,7 +172,7 @@ class Watcher(TorchDispatchMode):
         s = self.session
         if s.pending is not None:
             s.resolve_pending()
-        if not s.checking:
+        if not s.checking or s.busy:
             out = func(*args, **kwargs)
             if func is _UPDATE_SCALE:
                 s.ended = True

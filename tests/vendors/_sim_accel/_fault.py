@@ -6,7 +6,7 @@ makes one aten operation's device kernel wrong, leaving the CPU's kernels exact:
 
     SIM_ACCEL_FAULT="OP[:KIND][,phase=forward|backward][,after=N]"
 
-* OP: an aten operation (``gelu``, ``native_layer_norm``, ``mm``; its default overload);
+* OP: an aten operation (``gelu``, ``native_layer_norm``, ``mm``; every overload but the ``out=`` ones);
 * KIND: ``ulp=K`` (default ``ulp=64``): the first output multiplied by ``1 + K * eps`` of its dtype
   (about K units in the last place); ``scale=F``: by F; ``nan``: its first element becomes NaN;
   ``eps=V``: the operation's ``eps`` argument replaced by V (a wrong epsilon); ``drop``: the first
@@ -86,7 +86,18 @@ def apply(spec: Optional[str]) -> None:
     if not spec:
         return
     fault = parse(spec)
-    func = getattr(torch.ops.aten, fault["op"]).default
+    packet = getattr(torch.ops.aten, fault["op"])
+    library = torch.library.Library("aten", "IMPL")
+    for overload in packet.overloads():
+        func = getattr(packet, overload)
+        if func._schema.is_mutable and not fault["op"].endswith("_"):
+            continue  # out= variants: the functional overloads are what models call
+        library.impl(f"{fault['op']}.{overload}" if overload != "default" else fault["op"],
+                     _kernel(fault, func), "PrivateUse1")
+    _state["library"], _state["spec"] = library, fault
+
+
+def _kernel(fault, func):
     names = [a.name for a in func._schema.arguments]
 
     def kernel(*args, **kwargs):
@@ -105,14 +116,14 @@ def apply(spec: Optional[str]) -> None:
         out = func(*cpu_args, **cpu_kwargs)
         if applies and fault["kind"] != "eps":
             out = _perturb(fault, func, cpu_args, cpu_kwargs, out)
-        device = next(a.device for a in _flat(args) if isinstance(a, torch.Tensor) and a.device.type != "cpu")
+        device = kwargs.get("device")  # a copy to the device (_to_copy) names it
+        if device is None or torch.device(device).type == "cpu":
+            device = next(a.device for a in _flat(args) if isinstance(a, torch.Tensor) and a.device.type != "cpu")
         if isinstance(out, (tuple, list)):
             return type(out)(o.to(device) if isinstance(o, torch.Tensor) else o for o in out)
         return out.to(device)
 
-    library = torch.library.Library("aten", "IMPL")
-    library.impl(fault["op"], kernel, "PrivateUse1")
-    _state["library"], _state["spec"] = library, fault
+    return kernel
 
 
 def _flat(values):
