@@ -2,7 +2,7 @@
 (``against:FILE``).
 
 A digest is the operation's first output's shape, dtype and stride, two statistics (sum and L2 norm,
-accumulated in float64: two passes over the output) and four sampled values (flat positions 0, n/3,
+accumulated in the output's dtype, float32 for fp16/bf16: two passes over the output) and four sampled values (flat positions 0, n/3,
 2n/3, n-1): one JSON line of about 250 bytes per operation, never a whole tensor. The statistics are computed
 on the output's device and read once per step, like the non-finite flags. Operations are aligned by key,
 not by position: (step, phase, operation, the user's line as ``file.py:LINE``, module, occurrence of that
@@ -54,8 +54,9 @@ def _stats(t: torch.Tensor) -> torch.Tensor:
     if not t.is_floating_point():
         flat = flat.to(torch.float64)
     picks = flat[torch.tensor([0, n // 3, (2 * n) // 3, n - 1], device=flat.device)].to(torch.float64)
-    return torch.cat([torch.stack([flat.sum(dtype=torch.float64),
-                                   torch.linalg.vector_norm(flat, dtype=torch.float64)]), picks])
+    wide = torch.float32 if flat.dtype in (torch.float16, torch.bfloat16) else flat.dtype
+    return torch.cat([torch.stack([flat.sum(dtype=wide), torch.linalg.vector_norm(flat, dtype=wide)]).to(
+        torch.float64), picks])
 
 
 class Digests:

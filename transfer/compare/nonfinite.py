@@ -1,8 +1,9 @@
 """Non-finite watch: the first operation whose output holds inf or NaN.
 
-Every floating-point output gets its sum accumulated in float64 (one reduction pass; NaN and inf
-propagate into it, and no sum of finite float32/bf16/fp16 values overflows float64), a one-element tensor
-on the output's own device, kept with the operation; the flags are read once per step (at its end), so no host
+Every floating-point output gets its sum (one reduction pass: NaN and inf propagate into it; fp16 and
+bf16 outputs are summed in float32, so no sum of finite values of theirs overflows; a float32 output whose
+finite values sum beyond 3.4e38 would read as non-finite), a one-element tensor on the output's own
+device, kept with the operation; the flags are read once per step (at its end), so no host
 synchronisation is added per operation: on an asynchronous device the operations queue as before, and
 one read per step waits for them. On targets whose operations complete synchronously (the cpu target,
 the stand-ins) the read costs nothing more. Collectives (``c10d::*``) complete later than they return:
@@ -39,6 +40,14 @@ def floats(out) -> List[torch.Tensor]:
     if isinstance(out, (tuple, list)):
         return [t for item in out for t in floats(item)]
     return []
+
+
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _total(t: torch.Tensor) -> torch.Tensor:
+    """The flag: the sum of `t`, non-finite when `t` holds inf or NaN (float32 accumulation at least)."""
+    return t.sum(dtype=torch.float32) if t.dtype in _LOW else t.sum()
 
 
 def _tensor_outputs(out):
@@ -106,7 +115,7 @@ class NonFinite:
             self.collectives.extend((t, op) for t in tensors)
             return
         for t in tensors:
-            self.flags.append((t.sum(dtype=torch.float64), op, sources, given))
+            self.flags.append((_total(t), op, sources, given))
         self.report.checked += 1
         if len(self.flags) > _FLUSH_EVERY:
             self._read()
@@ -114,7 +123,7 @@ class NonFinite:
     def _read(self) -> None:
         flags, self.flags = self.flags, []
         for t, op in self.collectives:
-            flags.append((t.sum(dtype=torch.float64), op, (), False))
+            flags.append((_total(t), op, (), False))
         self.collectives = []
         if not flags:
             return
