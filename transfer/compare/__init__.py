@@ -83,8 +83,9 @@ def stop() -> Optional[str]:
     if session.restore is not None:
         session.restore()
     line = session.report.close(session.step + 1)
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+    if line is not None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
     return line
 
 

@@ -86,6 +86,7 @@ class NonFinite:
         self.scaler_step = False
         self.producer: Dict[int, Tuple[Any, int]] = {}  # id(tensor) -> (weak reference, operation index)
         self.intended: set = set()  # operations whose non-finite outputs are on purpose
+        self.views: Dict[Any, bool] = {}
 
     def before(self, func, args, kwargs, op):
         return None
@@ -96,6 +97,13 @@ class NonFinite:
             self.scaler_step = True
             return
         if name in UNINITIALISED:
+            return
+        view = self.views.get(func)
+        if view is None:
+            returns = func._schema.returns
+            view = self.views[func] = bool(returns) and all(
+                r.alias_info is not None and not r.alias_info.is_write for r in returns)
+        if view:  # computes nothing: its values are its base's (a view of an uninitialised buffer is no finding)
             return
         tensors = floats(out)
         if not tensors and func._schema.is_mutable:

@@ -51,16 +51,28 @@ class Report:
         self.quiet: List[str] = []
         self.checked = 0
         self.closed = False
-        self.fh = open(self.path, "w")
+        # Opened at the first line after an operation was checked: a process that runs none (torchrun's
+        # agent, which imports torch too) writes no file and prints nothing, so it never overwrites a rank's.
+        self.fh = None
+        self.waiting: List[Dict[str, Any]] = []
         import torch
 
         self.write({"kind": "start", "mode": settings.mode, "rank": self.rank, "torch": torch.__version__,
                     "device": device, "pid": os.getpid()})
 
     def write(self, record: Dict[str, Any]) -> None:
-        if not self.fh.closed:
-            self.fh.write(json.dumps(record, default=str) + "\n")
-            self.fh.flush()
+        if self.closed:
+            return
+        if self.fh is None:
+            if not self.checked and record.get("kind") != "finding":
+                self.waiting.append(record)
+                return
+            self.fh = open(self.path, "w")
+            for line in self.waiting:
+                self.fh.write(json.dumps(line, default=str) + "\n")
+            self.waiting = []
+        self.fh.write(json.dumps(record, default=str) + "\n")
+        self.fh.flush()
 
     def found(self, op, metrics: Dict[str, Any], what: str = "divergence") -> None:
         if self.finding is not None:
@@ -91,12 +103,16 @@ class Report:
         extra = "".join(f"; {n}" for n in self.notes[:3])
         return f"{text}{extra}; report: {self.path}"
 
-    def close(self, steps: int) -> str:
+    def close(self, steps: int) -> Optional[str]:
+        """Write the end line and return the summary; None (no file, nothing to say) when the process ran
+        no operation."""
         if self.closed:
-            return self.summary()
-        self.closed = True
+            return None
         line = self.summary()
         self.write({"kind": "end", "checked": self.checked, "steps": steps, "summary": line})
+        self.closed = True
+        if self.fh is None:
+            return None
         self.fh.close()
         return line
 
