@@ -185,3 +185,27 @@ def test_install_refuses_a_bad_value_and_the_launcher_says_so(tmp_path):
     proc = run([console_script("transfer-run"), "--device", "cpu", "--compare", "shadw", sys.executable, "-c",
                 "pass"], env=clean_env(), check=False)
     assert proc.returncode == 2 and "--compare" in proc.stderr and "'shadw' is not a mode" in proc.stderr
+
+
+@pytest.mark.slow
+def test_distributed_each_rank_checks_and_the_merge_names_the_first(tmp_path):
+    """2-rank DDP on the cpu target (gloo): rank 1's log of a zero count is the first non-finite value, at
+    step 1; rank 0 sees it only in the all_reduce's output (its own inputs finite)."""
+    from conftest import torchrun_standalone
+
+    script = os.path.join(SCRIPTS, "accuracy", "ddp_metric.py")
+    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, TRANSFER_COMPARE="nonfinite:report=rank{rank}.jsonl")
+    proc = python(*torchrun_standalone(2), script, env=env, cwd=str(tmp_path), timeout=240)
+    assert sorted(json.loads(line)["rank"] for line in proc.stdout.splitlines() if line.startswith("{")) == [0, 1]
+    lines = {r: [json.loads(line) for line in open(tmp_path / f"rank{r}.jsonl")] for r in (0, 1)}
+    first = {r: findings(lines[r])[0] for r in (0, 1)}
+    source = open(script).read().splitlines()
+    log_line = next(i for i, text in enumerate(source, 1) if "counts.log()" in text)
+    reduce_line = next(i for i, text in enumerate(source, 1) if "dist.all_reduce(log_count)" in text)
+    assert (first[1]["op"], first[1]["step"], first[1]["rank"]) == ("aten::log", 1, 1), first[1]
+    assert first[1]["site"].endswith(f"ddp_metric.py:{log_line}")
+    assert first[0]["op"].startswith("c10d::allreduce") and first[0]["step"] == 1, first[0]
+    assert first[0]["site"].endswith(f"ddp_metric.py:{reduce_line}")
+    merged = python("-m", "transfer.compare", "rank0.jsonl", "rank1.jsonl", cwd=str(tmp_path),
+                    env=clean_env(PYTHONPATH=os.environ.get("PYTHONPATH"))).stdout
+    assert f"aten::log at ddp_metric.py:{log_line}" in merged and "step 1, rank 1:" in merged, merged

@@ -6,7 +6,8 @@ overflows), ``modules`` (error per module along the network in the first diverge
 (operations checked, steps, the summary line).
 
 ``python -m transfer.compare FILE...`` merges the files of a job's ranks and names the first rank and
-operation to diverge (the lowest step, then the earliest operation in it).
+operation to diverge (the lowest step; in it a rank's own operation before a collective, whose wrong
+output came from another rank; then the earliest operation).
 """
 
 from __future__ import annotations
@@ -172,7 +173,9 @@ def merge(paths: List[str]) -> str:
                     found.append(record)
     if not found:
         return f"transfer compare: no divergence on any of {len(paths)} rank(s)"
-    first = min(found, key=lambda f: (f["step"], f["index"], f["rank"]))
+    # the lowest step; in it, a rank's own operation before a collective (a collective's output that is
+    # wrong on a rank whose inputs were right got it from another rank); then the earliest operation
+    first = min(found, key=lambda f: (f["step"], f["op"].startswith(("c10d", "_c10d")), f["index"], f["rank"]))
     others = sorted({f["rank"] for f in found} - {first["rank"]})
     also = f" (also diverged: rank {', '.join(map(str, others))})" if others else ""
     return f"transfer compare: first divergence: {describe(first)}{also}"
