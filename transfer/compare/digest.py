@@ -48,12 +48,20 @@ def _first_output(out) -> Optional[torch.Tensor]:
     return None
 
 
+_PICKS: Dict[tuple, torch.Tensor] = {}  # (numel, device) -> the sampled positions, made once
+
+
 def _stats(t: torch.Tensor) -> torch.Tensor:
     n = t.numel()
     flat = t.detach().reshape(-1)
     if not t.is_floating_point():
         flat = flat.to(torch.float64)
-    picks = flat[torch.tensor([0, n // 3, (2 * n) // 3, n - 1], device=flat.device)].to(torch.float64)
+    where = _PICKS.get((n, flat.device))
+    if where is None:
+        if len(_PICKS) > 4096:
+            _PICKS.clear()
+        where = _PICKS[(n, flat.device)] = torch.tensor([0, n // 3, (2 * n) // 3, n - 1], device=flat.device)
+    picks = flat[where].to(torch.float64)
     wide = torch.float32 if flat.dtype in (torch.float16, torch.bfloat16) else flat.dtype
     return torch.cat([torch.stack([flat.sum(dtype=wide), torch.linalg.vector_norm(flat, dtype=wide)]).to(
         torch.float64), picks])
@@ -118,6 +126,7 @@ class Digests:
         stats = [s for _, s, _ in pending if s is not None]
         values = iter(torch.stack(stats).tolist() if stats and len({s.device for s in stats}) == 1
                       else [s.tolist() for s in stats])
+        matched = []
         for entry, s, op in pending:
             if s is not None:
                 entry["v"] = next(values)
@@ -125,7 +134,13 @@ class Digests:
                 self._write(entry)
                 self.ops += 1
             else:
-                self._compare(entry, op)
+                ref = self.record.get(tuple(entry["k"]))
+                if ref is None:
+                    self.unmatched += 1
+                else:
+                    matched.append((entry, ref, op))
+        if matched:
+            self._compare(matched)
         if self.recording:
             self.out.flush()
         elif self.report.finding is not None and self.rows:
@@ -138,49 +153,52 @@ class Digests:
                     self.session.checking = False
         self.rows = {}
 
-    def _compare(self, entry: Dict[str, Any], op) -> None:
-        ref = self.record.get(tuple(entry["k"]))
-        if ref is None:
-            self.unmatched += 1
-            return
-        metrics: Dict[str, Any] = {}
-        score = 0.0
-        if ref["shape"] != entry["shape"] or ref["dtype"] != entry["dtype"]:
-            metrics = {"differs": f"shape/dtype {entry['shape']} {entry['dtype']}, recorded "
-                                  f"{ref['shape']} {ref['dtype']}"}
-            score = 1e6
-        elif "v" in ref and "v" in entry:
-            a, b = entry["v"], ref["v"]
-            short = {"float32": "fp32", "float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}.get(entry["dtype"])
-            rtol = self.settings.threshold("rtol", op.short, short or "fp32") if short else 0.0
-            n = 1
-            for size in ref["shape"]:
-                n *= size
-            rms = b[1] / max(n, 1) ** 0.5 if b[1] == b[1] else float("inf")
-            scales = [b[1] * max(n, 1) ** 0.5, b[1]] + [rms] * (len(b) - 2)
-            worst = 0.0
-            for x, y, sc in zip(a, b, scales):
-                if x != x and y != y:
-                    continue
-                if (x != x) != (y != y) or (abs(x) == float("inf") or abs(y) == float("inf")) and x != y:
-                    worst = float("inf")
-                    continue
-                allowed = rtol * sc if sc > 0 else 0.0
-                diff = abs(x - y)
-                if diff > allowed:
-                    worst = max(worst, diff / allowed if allowed > 0 else float("inf"))
-                elif allowed > 0:
-                    worst = max(worst, diff / allowed)
-            score = worst
-            if worst > 1:
-                metrics = {"max_rel_err": max(abs(x - y) / max(abs(y), 1e-300) for x, y in zip(a, b)
-                                              if x == x and y == y) if a else None,
-                           "differs": "statistics (sum, norm, samples)",
-                           "recorded_sum": b[0], "sum": a[0]}
-        key = (op.module, op.phase)
-        self.rows[key] = max(self.rows.get(key, 0.0), min(score, 1e6))
-        if score > 1 and self.report.finding is None:
-            self.report.found(op, metrics)
+    def _compare(self, matched) -> None:
+        """Each (entry, recorded entry, op) of a step: its score (largest difference / allowed), in one go."""
+        names = {"float32": "fp32", "float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}
+        scores = [0.0] * len(matched)
+        rows, a, b, sizes, rtols = [], [], [], [], []
+        tolerance: Dict[int, float] = {}
+        for i, (entry, ref, op) in enumerate(matched):
+            if ref["shape"] != entry["shape"] or ref["dtype"] != entry["dtype"]:
+                scores[i] = 1e6
+            elif "v" in ref and "v" in entry and len(ref["v"]) == len(entry["v"]) == 6:
+                short = names.get(entry["dtype"])
+                rows.append(i)
+                a.append(entry["v"])
+                b.append(ref["v"])
+                n = 1
+                for size in ref["shape"]:
+                    n *= size
+                sizes.append(max(n, 1))
+                rtols.append(self.settings.threshold("rtol", op.short, short) if short else 0.0)
+                tolerance[id(entry)] = rtols[-1]
+        if rows:
+            A = torch.tensor(a, dtype=torch.float64)
+            B = torch.tensor(b, dtype=torch.float64)
+            root = torch.tensor(sizes, dtype=torch.float64).sqrt()
+            norm = B[:, 1]
+            scale = torch.stack([norm * root, norm] + [norm / root] * 4, dim=1)
+            allowed = torch.tensor(rtols, dtype=torch.float64)[:, None] * scale
+            both_nan = A.isnan() & B.isnan()
+            diff = torch.where(both_nan | (A == B), torch.zeros_like(A), (A - B).abs())
+            diff = torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
+            ratio = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed)
+            ratio = torch.where(ratio.isnan(), torch.full_like(ratio, float("inf")), ratio)
+            for i, score in zip(rows, ratio.amax(dim=1).tolist()):
+                scores[i] = score
+        for (entry, ref, op), score in zip(matched, scores):
+            key = (op.module, op.phase)
+            self.rows[key] = max(self.rows.get(key, 0.0), min(score, 1e6))
+            if score > 1 and self.report.finding is None:
+                if ref["shape"] != entry["shape"] or ref["dtype"] != entry["dtype"]:
+                    metrics = {"differs": f"shape/dtype {entry['shape']} {entry['dtype']}, recorded "
+                                          f"{ref['shape']} {ref['dtype']}"}
+                else:
+                    x, y = entry.get("v") or [0.0] * 2, ref.get("v") or [0.0] * 2
+                    metrics = {"differs": "statistics (sum, norm, samples)", "sum": x[0], "recorded_sum": y[0],
+                               "norm": x[1], "recorded_norm": y[1], "max_rel_err": score * tolerance.get(id(entry), 0.0)}
+                self.report.found(op, metrics)
 
     def finish(self) -> None:
         if self.recording and self.out is not None:
