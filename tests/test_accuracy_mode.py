@@ -217,3 +217,17 @@ def test_distributed_each_rank_checks_and_the_merge_names_the_first(tmp_path):
     merged = python("-m", "transfer.compare", "rank0.jsonl", "rank1.jsonl", cwd=str(tmp_path),
                     env=clean_env(PYTHONPATH=os.environ.get("PYTHONPATH"))).stdout
     assert f"aten::log at ddp_metric.py:{log_line}" in merged and "step 1, rank 1:" in merged, merged
+
+
+def test_transfer_run_compare_reports_at_exit(tmp_path):
+    """The user's way in: ``transfer-run --compare`` on an unmodified script; one summary line at exit on
+    stderr, the report file per rank, the script's own output unchanged."""
+    proc = run([console_script("transfer-run"), "--device", "cpu", "--compare", "nonfinite:every=2", sys.executable,
+                SCRIPT, *ARGS], env=clean_env(TRANSFER_QUIET=1), cwd=str(tmp_path), timeout=240)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["device"] == "cpu"
+    summary = [line for line in proc.stderr.splitlines() if line.startswith("transfer compare")]
+    report = tmp_path / "transfer-compare-rank0.jsonl"
+    assert summary == [f"transfer compare (nonfinite): no divergence in {json.loads(report.read_text().splitlines()[-1])['checked']} "
+                       f"operations checked, rank 0; report: {report}"], proc.stderr
+    end = json.loads(report.read_text().splitlines()[-1])
+    assert end["kind"] == "end" and end["steps"] == 2 and end["checked"] > 50
