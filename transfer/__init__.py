@@ -102,12 +102,24 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
                     _outcome["call_sites"] = _plan.log.records
                 else:
                     _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
+                _start_compare("cuda")
             return status()
         _active = _apply(profile, registry, strict)
         _outcome = {"active": True, "reason": why}
         _export_choice(profile.name)
         _banner(_active)
+        _start_compare(profile.device_type)
         return status()
+
+
+def _start_compare(device: str) -> None:
+    """The accuracy mode (TRANSFER_COMPARE, transfer/compare/), once the target is in place."""
+    from . import settings
+
+    if settings.value("TRANSFER_COMPARE"):
+        from .compare import from_environment
+
+        from_environment(device)
 
 
 def _export_choice(name: str) -> None:
@@ -205,7 +217,12 @@ def uninstall() -> None:
     back the identical original object. One patched again by someone else after
     transfer is left as it is, with a WARNING naming it (registry.py)."""
     global _active, _outcome, _plan
+    import sys
+
     with _lock:
+        compare = sys.modules.get(f"{__name__}.compare")
+        if compare is not None:
+            compare.stop()
         if _plan is not None:
             _plan, plan = None, _plan
             plan.registry.revert_all()
@@ -217,8 +234,6 @@ def uninstall() -> None:
                 _unexport_choice()
                 _forget_compiled_code()
         else:
-            import sys
-
             registry = sys.modules.get(f"{__name__}.registry")
             if registry is not None:  # what an earlier uninstall left behind, if it is ours again
                 registry.revert_left_behind()

@@ -53,6 +53,8 @@ def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     parser.add_argument("--plan", metavar="TARGET", help="rehearse a port: run the job where it runs (real CUDA "
                         "included) and log each CUDA-facing call site with what TARGET (npu, sdaa, gcu, cpu) will do "
                         "with it, from the support table (sets TRANSFER_PLAN; needs --log or TRANSFER_LOG)")
+    parser.add_argument("--compare", metavar="MODE", help="accuracy mode: nonfinite, shadow, record:FILE or "
+                        "against:FILE, with :every=N,steps=A-B,... (sets TRANSFER_COMPARE; docs/accuracy.md)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help=command_help)
     return parser
 
@@ -67,6 +69,15 @@ def _parse(prog: str, command_help: str, usage: str, argv: Optional[List[str]]):
         return None
     if args.log:
         os.environ["TRANSFER_LOG"] = os.path.abspath(args.log)
+    if args.compare:
+        from .compare.options import parse
+
+        try:
+            parse(args.compare)
+        except TransferError as exc:
+            print(f"{prog}: --compare: {exc}", file=sys.stderr)
+            return None
+        os.environ["TRANSFER_COMPARE"] = args.compare
     if args.plan:
         from .profiles import PROFILES
 

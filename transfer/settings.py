@@ -26,7 +26,8 @@ choices, and the fix: the yes/no settings; TRANSFER_LOG (a directory transfer ca
 create and write: a file there, or /proc/x, used to break ``import torch`` with
 torch's backend-autoload message); TRANSFER_REPORT (its folder must exist: the
 report is written at exit, too late to say so); TRANSFER_PLAN (a target, with
-TRANSFER_LOG); TRANSFER_CPU_DEVICES (a positive integer). Checked where they are
+TRANSFER_LOG); TRANSFER_CPU_DEVICES (a positive integer); TRANSFER_COMPARE (the accuracy mode's
+value, `transfer.compare.options.parse`). Checked where they are
 read: TRANSFER_DEVICE (`selection.requested`, with the closest target),
 TRANSFER_DISABLE (`Registry.check_disabled`, with the closest name),
 TRANSFER_CPU_AMP_DTYPE (`patches.amp.cpu_amp_dtype`, which needs torch). A
@@ -62,6 +63,7 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("TRANSFER_REPORT", PATH, "a JSON report written at exit ({pid}, {rank} expanded)"),
     Setting("TRANSFER_CPU_DEVICES", COUNT, "the cpu target's number of virtual devices"),
     Setting("TRANSFER_CPU_AMP_DTYPE", CHOICE, "what CUDA's float16 autocast runs as on the cpu target"),
+    Setting("TRANSFER_COMPARE", CHOICE, "the accuracy mode: nonfinite, shadow, record:FILE or against:FILE"),
 )
 NAMES_OF_SETTINGS = tuple(s.name for s in SETTINGS)
 
@@ -183,6 +185,11 @@ def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
             raise TransferError(f"TRANSFER_PLAN={plan!r} writes its findings to the call-site log: set "
                                 "TRANSFER_LOG=DIR too (transfer-run --plan {0} --log DIR), or unset "
                                 "TRANSFER_PLAN".format(plan.lower()))
+    compare = value("TRANSFER_COMPARE", env)
+    if compare:  # the accuracy mode's grammar and files (transfer/compare/options.py)
+        from .compare.options import parse
+
+        parse(compare)
     devices = env.get("TRANSFER_CPU_DEVICES")
     if devices is not None and devices.strip() and cpu_devices(env) is None:
         raise TransferError(f"TRANSFER_CPU_DEVICES={devices!r} is not a device count: set a whole number "
