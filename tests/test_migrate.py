@@ -32,9 +32,9 @@ def cli(*args, cwd=None, check=True):
 
 
 def test_scan_known_answers_aliases_fstrings_compares():
-    from transfer.migrate import report
+    from transfer.migrate import scan_files
 
-    result = report.run([os.path.join(FIXTURES, "aliases.py")], ["npu"])
+    result = scan_files.run([os.path.join(FIXTURES, "aliases.py")], ["npu"])
     found = [(f.line, f.api) for f in result.findings]
     assert found == [
         (7, "torch.cuda.synchronize"), (8, "torch.cuda.empty_cache"), (9, "torch.cuda.amp.autocast"),
@@ -148,9 +148,9 @@ def test_the_native_spelling_port_suggests_runs_where_the_kept_call_fails(tmp_pa
 
 
 def test_scan_tree_gbk_and_unparsable_files():
-    from transfer.migrate import report
+    from transfer.migrate import scan_files
 
-    result = report.run([FIXTURES], ["sdaa"])
+    result = scan_files.run([FIXTURES], ["sdaa"])
     assert [f["file"] for f in result.failed] == [os.path.join(FIXTURES, "tree", "broken.py")]
     apis = {(os.path.basename(f.file), f.api) for f in result.findings}
     assert ("gbk_declared.py", "torch.cuda.synchronize") in apis  # declared coding: gbk

@@ -1,0 +1,121 @@
+"""Each rule of `transfer port` (transfer/migrate/rules/) on its own.
+
+`port_source(..., rules=(rule,))` runs one rule (or the few it builds on) over a
+source: what that rule rewrites, and what it leaves when it is not run, so a
+rule's effect is seen apart from the others. The end-to-end behaviour of all
+rules together is tests/test_migrate.py's.
+"""
+
+import pytest
+
+VENDOR = "import torch_npu  # registers torch.npu\n"
+
+
+def port(src, *rules, device="npu", unsafe=False):
+    from transfer.migrate.port import port_source
+
+    return port_source(src, device, rules=rules, unsafe=unsafe)
+
+
+def text(src, *rules, device="npu"):
+    return port(src, *rules, device=device).text.replace(VENDOR, "")
+
+
+def rule(name):
+    import importlib
+
+    return importlib.import_module(f"transfer.migrate.rules.{name}")
+
+
+def test_every_rule_is_run_by_default_in_one_order():
+    from transfer.migrate import rules
+
+    names = [r.__name__.rsplit(".", 1)[1] for r in rules.ALL]
+    assert names[:2] == ["aliases", "native"] and names[-1] == "set_device"
+    for r in rules.ALL:  # each rule has at least one phase and says what it rewrites
+        assert r.__doc__ and any(hasattr(r, p) for p in ("before_walk", "NODES", "after_walk", "after_settle"))
+
+
+def test_edit_machinery_has_no_import_of_port():
+    """The rules and the edit machinery never import port (no import loop)."""
+    import ast
+    import pathlib
+
+    import transfer.migrate.rules as rules
+
+    folder = pathlib.Path(rules.__file__).parent
+    for path in list(folder.glob("*.py")) + [folder.parent / "edits.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module not in ("port", "migrate.port", "transfer.migrate.port"), path
+                assert not (node.level and node.module is None and any(a.name == "port" for a in node.names)), path
+
+
+def test_cuda_api_rule():
+    src = "import torch\ntorch.cuda.synchronize()\nwith torch.cuda.amp.autocast(dtype=torch.bfloat16):\n    pass\n" \
+          "ok = x.is_cuda\n"
+    assert text(src, rule("cuda_api")) == (
+        "import torch\ntorch.npu.synchronize()\nwith torch.autocast(\"npu\", dtype=torch.bfloat16):\n    pass\n"
+        "ok = x.is_npu\n")
+    assert text(src, rule("strings")) == src  # another rule does not touch it
+
+
+def test_cuda_calls_rule():
+    src = "import torch\nm = M().cuda()\ny = x.cuda(w.device)\nt = x.cuda(1)\n" \
+          "import torch.distributed as dist\nb = dist.is_nccl_available()\n"
+    assert text(src, rule("cuda_calls")) == (
+        "import torch\nm = M().npu()\ny = x.to(w.device)\nt = x.npu(1)\n"
+        "import torch.distributed as dist\nb = dist.is_backend_available(\"hccl\")\n")
+
+
+def test_aliases_rule_all_or_none():
+    src = "import torch\nimport torch.cuda as tc\ntc.synchronize()\n"
+    assert text(src, rule("aliases")) == "import torch\nimport torch.npu as tc\ntc.synchronize()\n"
+    kept = "import torch\nimport torch.cuda as tc\ntc.synchronize()\nf(tc)\n"  # used as a value: kept, with why
+    ported = port(kept, rule("aliases"))
+    assert ported.text == kept
+    assert any("aliased by `import torch.cuda as tc`" in c.message for c in ported.changes
+               if c.operation == "UNSUPPORTED")
+
+
+def test_strings_rule_positions():
+    src = 'import torch\nx = torch.ones(2, device="cuda:1")\ntorch.distributed.init_process_group(backend="nccl")\n' \
+          'name = "cuda"\nprint(name)\n'
+    out = port(src, rule("strings"))
+    assert out.text.replace(VENDOR, "") == (
+        'import torch\nx = torch.ones(2, device="npu:1")\ntorch.distributed.init_process_group(backend="hccl")\n'
+        'name = "cuda"\nprint(name)\n')  # "cuda" outside a device position: left (--unsafe rewrites it)
+    assert out.unsafe_skipped == 1
+
+
+def test_variables_rule_rewrites_values_with_their_comparisons():
+    src = 'import torch\ndevice = "cuda"\nx = torch.ones(2).to(device)\nif device == "cuda":\n    pass\n'
+    alone = port(src, rule("strings"))
+    assert alone.text == src  # the strings rule alone: a variable and a comparison, both left
+    both = text(src, rule("strings"), rule("variables"))
+    assert both == 'import torch\ndevice = "npu"\nx = torch.ones(2).to(device)\nif device == "npu":\n    pass\n'
+
+
+def test_conditionals_rule_keeps_a_guard_of_what_is_left():
+    src = "import torch\nif torch.cuda.is_available():\n    g = torch.cuda.CUDAGraph()\n"
+    rules = (rule("cuda_api"),)
+    assert "torch.npu.is_available" in text(src, *rules)  # without the rule: the test alone is rewritten
+    guarded = port(src, *rules, rule("conditionals"), device="sdaa")  # sdaa has no graphs: the body is left
+    assert "torch.cuda.is_available" in guarded.text
+    assert any("kept as CUDA's test" in c.message for c in guarded.changes)
+
+
+def test_set_device_rule_moves_the_call_before_init_on_tccl():
+    src = ("import torch\nimport torch.distributed as dist\n\ndef main(rank):\n"
+           "    dist.init_process_group(\"tccl\")\n    torch.cuda.set_device(rank)\n")
+    moved = text(src, rule("cuda_api"), rule("set_device"), device="sdaa").replace("import torch_sdaa  # registers "
+                                                                                    "torch.sdaa\n", "")
+    assert moved.index("torch.sdaa.set_device(rank)") < moved.index("init_process_group")
+    assert "set_device(rank)" in text(src, rule("cuda_api"), device="sdaa").split("init_process_group")[1]
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_native_rule_apex_to_torch(unsafe):
+    src = "import torch\nfrom apex.optimizers import FusedAdam\nopt = FusedAdam(params, lr=1e-3)\n"
+    out = port(src, rule("native"), unsafe=unsafe).text.replace(VENDOR, "")
+    assert "apex" not in out and "torch.optim.AdamW(params, lr=1e-3" in out
