@@ -36,9 +36,25 @@ def visit_string(porter, node: ast.AST) -> None:
 
 
 def compare_cand(porter, node: ast.AST, api: str, value: str, new: str) -> None:
-    """A comparison with "cuda"/"nccl" left for a person; with --unsafe, ``a in ("cuda", "<dev>")``."""
-    compare = parent_of(node)
+    """A comparison with "cuda"/"nccl": rewritten with the target's name where the other side is a device the
+    ported program makes (``x.device.type``, ``str(x.device)``); else left for a person, with where the value
+    comes from (`variables` rewrites those of a ported variable); with --unsafe, ``a in ("cuda", "<dev>")``."""
+    compare = holder = parent_of(node)
+    if isinstance(compare, (ast.Tuple, ast.List, ast.Set)):
+        compare = parent_of(compare)
     why = support.lookup(porter.profile.name, api).reason
+    if api == "compare 'cuda'" and isinstance(compare, ast.Compare) and len(compare.ops) == 1 \
+            and isinstance(node, ast.Constant):
+        other = compare.comparators[0] if holder is compare.left or node is compare.left else compare.left
+        if _device_read(porter, other):
+            edit = porter.src.literal_edit(node, porter.dev + node.value[4:])
+            if edit is not None:
+                porter.cand(node, api, [edit], f"{porter.src.segment(node)} -> {edit[2]} (compared with a device "
+                                               "of the ported program)")
+                return
+        origin = porter.flow.origin(other, porter.dev, porter.profile.backend)
+        if origin:
+            why = f"{origin}; where it holds a device of the ported program, compare with '{porter.dev}'"
     if isinstance(compare, ast.Compare) and len(compare.ops) == 1 and isinstance(node, ast.Constant) \
             and node.value == value and isinstance(compare.ops[0], (ast.Eq, ast.NotEq)) \
             and compare.comparators[0] is node:
@@ -49,6 +65,14 @@ def compare_cand(porter, node: ast.AST, api: str, value: str, new: str) -> None:
                     unsafe_message=f"== {value!r} -> in ({value!r}, {new!r}) [unsafe]")
     else:
         porter.cand(node, api, why=why)
+
+
+def _device_read(porter, expr: ast.AST) -> bool:
+    """``x.device.type``, ``x.device``, ``str(x.device)``: a device the ported program made (the target's)."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "str" \
+            and len(expr.args) == 1 and not expr.keywords:
+        return porter.flow.is_device_read(expr.args[0], object_too=True)  # str() of a torch.device
+    return porter.flow.is_device_read(expr)
 
 
 def _string_api(porter, node: ast.AST) -> Optional[str]:

@@ -25,7 +25,7 @@ def after_walk(porter) -> None:
     for var in variables:  # a variable passed to a parameter of this file: all or none with it
         for link in var.links:
             other = by_key.get(link)
-            if other is None or other.blocked or not members_of[link]:
+            if other is None or other.blocked:
                 why = (f"`{var.name}` is passed to the parameter `{other.name}`, which is kept: {other.blocked}"
                        if other is not None and other.blocked else
                        f"`{var.name}` is passed to a parameter without a CUDA default: port does not follow it")
@@ -34,6 +34,17 @@ def after_walk(porter) -> None:
             elif members_of[var.key] and members_of[link]:
                 porter.groups.append((members_of[var.key] + members_of[link],
                                       f"`{var.name}` and the parameter `{other.name}` it is passed to"))
+    for var in variables:  # a variable whose values are read from another: all or none with it
+        for dep in var.deps:
+            other = by_key.get(dep)
+            if other is None or other.key == var.key:
+                continue  # a value with no CUDA spelling of its own (an option defaulting to "", a device read)
+            if other.blocked:
+                for c in members_of[var.key]:
+                    c.disable(f"`{var.name}` takes its value from `{other.name}`, which is kept: {other.blocked}")
+            elif members_of[var.key] and members_of[dep]:
+                porter.groups.append((members_of[var.key] + members_of[dep],
+                                      f"`{var.name}` and `{other.name}`, whose value it takes"))
 
 
 def variable_cands(porter, var) -> List[Candidate]:
@@ -58,7 +69,8 @@ def variable_cands(porter, var) -> List[Candidate]:
         porter.cands[id(f)] = c
         compares.append(c)
     members = literals + compares
-    if not any(c.finding.api != "backend='nccl'" or var.kind == "backend" for c in literals):
+    if not any(c.finding.api != "backend='nccl'" or var.kind == "backend" for c in literals) \
+            and not (var.kind == "device" and compares):
         return []
     for c in literals:
         if not c.enabled and c.unsafe_edits and not porter.unsafe:
