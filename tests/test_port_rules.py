@@ -119,3 +119,84 @@ def test_native_rule_apex_to_torch(unsafe):
     src = "import torch\nfrom apex.optimizers import FusedAdam\nopt = FusedAdam(params, lr=1e-3)\n"
     out = port(src, rule("native"), unsafe=unsafe).text.replace(VENDOR, "")
     assert "apex" not in out and "torch.optim.AdamW(params, lr=1e-3" in out
+
+
+def test_strings_rule_device_type_and_backend_comparisons():
+    """A device's type and the process group's backend in a ported program are the target's: their comparisons
+    are rewritten with them (safe); a value from outside is named, with where it comes from."""
+    src = ("import torch\nimport torch.distributed as dist\ndef f(x, cfg):\n"
+           "    a = x.device.type == 'cuda'\n    b = 'cuda' in str(x.device)\n    c = dist.get_backend() == 'nccl'\n"
+           "    d = cfg['device'] == 'cuda'\n")
+    out = port(src, rule("strings"), device="sdaa")
+    assert out.text.replace("import torch_sdaa  # registers torch.sdaa\n", "").splitlines()[3:] == [
+        "    a = x.device.type == 'sdaa'", "    b = 'sdaa' in str(x.device)", "    c = dist.get_backend() == 'tccl'",
+        "    d = cfg['device'] == 'cuda'"]
+    (left,) = [c for c in out.changes if c.operation == "UNSUPPORTED"]
+    assert left.start_line == 7 and "`cfg['device']` is read from a container" in left.message
+    assert "compare with 'sdaa'" in left.message
+
+
+def test_variables_rule_follows_parameters_whose_callers_are_in_view():
+    src = ("import torch\ndef opt(device_type):\n    return device_type == 'cuda'\n"
+           "device = 'cuda'\nx = torch.ones(1).to(device)\nopt('cuda' if 'cuda' in device else 'cpu')\n")
+    rules = (rule("strings"), rule("variables"))
+    assert text(src, *rules).count("'npu'") == 4 and "'cuda'" not in text(src, *rules)
+    alone = "def opt(device_type):\n    return device_type == 'cuda'\n"  # no caller in view: named, with why
+    (left,) = [c for c in port(alone, *rules).changes if c.operation == "UNSUPPORTED"]
+    assert "parameter of opt() (line 1) without a default, and its callers are not in this file" in left.message
+
+
+FALLBACKS = {
+    "apex norm, torch fallback": (
+        "import torch\ntry:\n    from apex.normalization import FusedLayerNorm as LayerNorm\n    APEX = True\n"
+        "except ImportError:\n    from torch.nn import LayerNorm\n    APEX = False\nnorm = LayerNorm(8)\n",
+        "import torch\nfrom torch.nn import LayerNorm\nAPEX = False\nnorm = LayerNorm(8)\n"),
+    "flash_attn in a function, None fallback": (
+        "import torch\ndef attn(q, k, v):\n    try:\n        from flash_attn import flash_attn_func\n"
+        "    except (ImportError, ModuleNotFoundError):\n        flash_attn_func = None\n"
+        "    if flash_attn_func is not None:\n        return flash_attn_func(q, k, v)\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n",
+        "import torch\ndef attn(q, k, v):\n    flash_attn_func = None\n"
+        "    if flash_attn_func is not None:\n        return flash_attn_func(q, k, v)\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"),
+}
+KEPT_FALLBACKS = {
+    "the fallback is CUDA too": "import torch\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n"
+                                "    torch.cuda.synchronize()\n",
+    "another exception": "try:\n    import apex\nexcept Exception:\n    apex = None\n",
+    "a name only the CUDA path binds is read": "try:\n    from apex import amp\n    HAVE = True\n"
+                                               "except ImportError:\n    pass\nprint(amp, HAVE)\n",
+}
+
+
+@pytest.mark.parametrize("case", list(FALLBACKS))
+def test_import_fallbacks_rule(case):
+    src, expected = FALLBACKS[case]
+    assert text(src, rule("native"), rule("import_fallbacks")) == expected
+    from transfer.migrate.port import port_source
+
+    ported = port_source(src, "npu")
+    assert ported.text.replace(VENDOR, "") == expected and not [c for c in ported.changes
+                                                                if c.operation == "UNSUPPORTED"]
+    assert port_source(ported.text, "npu").text == ported.text
+
+
+@pytest.mark.parametrize("case", list(KEPT_FALLBACKS))
+def test_import_fallbacks_rule_keeps_what_it_cannot_take(case):
+    src = KEPT_FALLBACKS[case]
+    assert "try:" in text(src, rule("cuda_api"), rule("import_fallbacks"))
+
+
+def test_left_for_a_person_is_grouped_and_capped_with_a_pointer_to_the_csv():
+    from transfer.migrate.port_files import Outcome
+
+    rows = [["a.py", i, i, "torch.cuda.utilization", "unsupported: remove it"] for i in range(1, 8)]
+    rows += [[f"f{i}.py", 1, 1, "compare 'cuda'", f"reason {i}"] for i in range(50)]
+    outcome = Outcome([], [], [], [], 0, rows, None, "out")
+    lines = outcome.left(cap=10)
+    assert lines[0] == ("7 places (a.py:1, a.py:2, a.py:3, a.py:4, ...): torch.cuda.utilization: "
+                        "unsupported: remove it")
+    assert lines[1] == "f0.py:1: compare 'cuda': reason 0"
+    assert len(lines) == 11 and lines[-1] == "... and 41 more; every one, with its line and why: " \
+        + __import__("os").path.join("out", "unsupported_api.csv")
+    assert outcome._replace(reports=None).left(cap=10)[-1].endswith("unsupported_api.csv (written without --diff)")

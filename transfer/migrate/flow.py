@@ -472,10 +472,12 @@ class Flow:
                 if passed is None:
                     return None
                 for arg in passed:
-                    if self.device_valued(arg, kind) is None:
+                    found = self.device_valued(arg, kind)
+                    if found is None:
                         self.why.setdefault((id(scope), name), f"`{name}` is passed {_spelled(arg)} at line "
                                                                f"{arg.lineno}, which port does not follow")
                         return None
+                    literals += found  # rewritten with the parameter's comparisons (one group)
                 continue
             if how not in ("assign", "param") or how == "param" and value is None:
                 return None
@@ -573,6 +575,7 @@ class Flow:
         compares: List[Tuple[ast.Constant, str]] = []
         links: List[Tuple[int, str]] = []
         reached = False
+        compared_only = True  # a value only compared keeps every test's meaning when rewritten with them
         for use in uses:
             holder = _parent(use)
             if kind == "device" and isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) \
@@ -588,6 +591,7 @@ class Flow:
                 reached = True
                 continue
             parent = _parent(use)
+            compared_only = compared_only and where == "compare"
             if where == "compare" and isinstance(parent, ast.Compare):
                 found = self._compare(parent, use, kind, dev, backend)
                 if found is None:
@@ -605,7 +609,7 @@ class Flow:
             if kind == "device" and self._passed_on(use):
                 continue  # a device of the ported program, passed on as one: its readers are ported where they are
             return [], f"`{name}` reaches {self._describe(use)} (line {use.lineno}), not a {kind} argument", []
-        if not reached and needs_reach:
+        if not reached and needs_reach and not (compared_only and compares):
             return [], f"`{name}` reaches no {kind} argument in this file", []
         return compares, "", links
 

@@ -17,7 +17,8 @@ any subset of rules (``port.port_source(..., rules=(strings,))``).
 
 from __future__ import annotations
 
-from . import aliases, conditionals, cuda_api, cuda_calls, native, set_device, strings, variables
+from . import (aliases, conditionals, cuda_api, cuda_calls, import_fallbacks, native, set_device, strings,
+               variables)
 
 #: Every rule, in the order each phase runs them.
-ALL = (aliases, native, cuda_api, cuda_calls, strings, variables, conditionals, set_device)
+ALL = (aliases, native, cuda_api, cuda_calls, strings, variables, import_fallbacks, conditionals, set_device)

@@ -18,6 +18,8 @@ from ... import support
 from .. import flow, scan
 from ..edits import Edit, parent_of
 
+_GET_BACKEND = frozenset({"torch.distributed.get_backend", "torch.distributed.distributed_c10d.get_backend"})
+
 
 def visit_string(porter, node: ast.AST) -> None:
     if scan.is_device_string(node):
@@ -55,6 +57,15 @@ def compare_cand(porter, node: ast.AST, api: str, value: str, new: str) -> None:
         origin = porter.flow.origin(other, porter.dev, porter.profile.backend)
         if origin:
             why = f"{origin}; where it holds a device of the ported program, compare with '{porter.dev}'"
+    elif api == "compare 'nccl'" and isinstance(compare, ast.Compare) and len(compare.ops) == 1 \
+            and isinstance(node, ast.Constant) and node.value.strip().lower() == "nccl":
+        other = compare.comparators[0] if holder is compare.left or node is compare.left else compare.left
+        if isinstance(other, ast.Call) and porter.imports.qualified(other.func) in _GET_BACKEND:
+            edit = porter.src.literal_edit(node, porter.profile.backend)
+            if edit is not None:  # the ported program's process groups are the target's backend
+                porter.cand(node, api, [edit], f"{porter.src.segment(node)} -> {edit[2]} (compared with the "
+                                               "backend of the ported program's process group)")
+                return
     if isinstance(compare, ast.Compare) and len(compare.ops) == 1 and isinstance(node, ast.Constant) \
             and node.value == value and isinstance(compare.ops[0], (ast.Eq, ast.NotEq)) \
             and compare.comparators[0] is node:
