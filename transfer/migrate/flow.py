@@ -357,13 +357,17 @@ class Flow:
 
     @staticmethod
     def is_device_read(value: ast.AST, object_too: bool = False) -> bool:
-        """``x.device.type`` (with `object_too`, ``x.device`` too): the device (type) of a tensor or module, which
-        in a ported program is the target's (every device the code creates is). ``x.device`` alone is not
-        read as one by default: ``args.device`` / ``self.device`` are as often a string from a config."""
+        """``x.device.type``, ``device.type`` (with `object_too`, ``x.device`` too): the device (type) of a tensor,
+        a module or a torch.device, which in a ported program is the target's (every device the code creates
+        is). ``x.device`` alone is not read as one by default: ``args.device`` / ``self.device`` are as often a
+        string from a config."""
         if not isinstance(value, ast.Attribute) or not isinstance(value.ctx, ast.Load):
             return False
         if value.attr == "type" and isinstance(value.value, ast.Attribute) and value.value.attr == "device":
             return True
+        if value.attr == "type" and isinstance(value.value, ast.Name) and (
+                value.value.id in ("device", "dev") or value.value.id.endswith("_device")):
+            return True  # device.type: a torch.device by its name (a string has no .type)
         return object_too and value.attr == "device"
 
     def _name_evidence(self, scope: "_Scope", name: str, kind: str) -> Optional[bool]:
