@@ -12,9 +12,11 @@ VENDOR = "import torch_npu  # registers torch.npu\n"
 
 
 def port(src, *rules, device="npu", unsafe=False):
+    """`src` ported with `rules` (every rule when none is named)."""
+    from transfer.migrate import rules as every
     from transfer.migrate.port import port_source
 
-    return port_source(src, device, rules=rules, unsafe=unsafe)
+    return port_source(src, device, rules=rules or every.ALL, unsafe=unsafe)
 
 
 def text(src, *rules, device="npu"):
@@ -200,3 +202,19 @@ def test_left_for_a_person_is_grouped_and_capped_with_a_pointer_to_the_csv():
     assert len(lines) == 11 and lines[-1] == "... and 41 more; every one, with its line and why: " \
         + __import__("os").path.join("out", "unsupported_api.csv")
     assert outcome._replace(reports=None).left(cap=10)[-1].endswith("unsupported_api.csv (written without --diff)")
+
+
+def test_set_device_rule_moves_init_down_when_the_device_is_computed_after_it():
+    """nanoGPT / llm.c: init_process_group, then the local rank read, then set_device(f"cuda:{rank}"): on tccl
+    the init moves down past statements that do not use the process group."""
+    src = ("import os, torch\nfrom torch.distributed import init_process_group\nif True:\n"
+           "    init_process_group(backend='nccl')\n    rank = int(os.environ['LOCAL_RANK'])\n"
+           "    device = f'cuda:{rank}'\n    torch.cuda.set_device(device)\n    x = torch.ones(1).to(device)\n")
+    out = port(src, device="sdaa").text.replace("import torch_sdaa  # registers torch.sdaa\n", "")
+    assert out.splitlines()[3:8] == ["    rank = int(os.environ['LOCAL_RANK'])", "    device = f'sdaa:{rank}'",
+                                     "    torch.sdaa.set_device(device)", "    init_process_group(backend='tccl')",
+                                     "    x = torch.ones(1).to(device)"]
+    uses_group = src.replace("rank = int(os.environ['LOCAL_RANK'])", "rank = torch.distributed.get_rank()")
+    kept = port(uses_group, device="sdaa")
+    assert kept.text.index("init_process_group") < kept.text.index("set_device")
+    assert any("needs the device set before init_process_group" in c.message for c in kept.changes)

@@ -34,26 +34,71 @@ def after_settle(porter) -> None:
             later + 1 == len(block) or block[later + 1].lineno > block[later].end_lineno) and \
             porter.src.text[porter.src.starts[block[init].lineno - 1]:porter.src.offset(
                 block[init].lineno, block[init].col_offset)].strip() == ""
-        if read & assigned or any("distributed" in n or "get_rank" in n or n.startswith("dist.") for n in called) \
-                or not own_lines:
-            porter.note(init_call.func, "torch.distributed.init_process_group",
-                        f"{porter.profile.backend} needs the device set before init_process_group: call "
-                        f"torch.{porter.dev}.set_device(local_rank) before it")
+        if not (read & assigned or any(_distributed(n) for n in called) or not own_lines):
+            _move(porter, block[later], before=block[init])
+            porter.extra_changes.append(Change(porter.path, block[later].lineno, block[later].end_lineno, "MODIFY",
+                                               f"torch.{porter.dev}.set_device moved before init_process_group "
+                                               f"({porter.profile.backend} needs the device set first)"))
             continue
-        start = porter.src.starts[block[later].lineno - 1]
-        end = porter.src.starts[block[later].end_lineno] if block[later].end_lineno < len(porter.src.starts) \
-            else len(porter.src.text)
-        inner = []
-        for c in porter.cands.values():
-            if c.enabled and all(start <= e[0] and e[1] <= end for e in c.edits):
-                inner.extend(c.edits)
-                c.edits = []
-        moved = apply_edits(porter.src.text[start:end], [(s - start, e - start, t) for s, e, t in inner])
-        at = porter.src.starts[block[init].lineno - 1]
-        porter.extra += [(start, end, ""), (at, at, moved)]
-        porter.extra_changes.append(Change(porter.path, block[later].lineno, block[later].end_lineno, "MODIFY",
-                                           f"torch.{porter.dev}.set_device moved before init_process_group "
-                                           f"({porter.profile.backend} needs the device set first)"))
+        if _init_can_follow(porter, block, init, later):
+            _move(porter, block[init], after=block[later])
+            porter.extra_changes.append(Change(porter.path, block[init].lineno, block[init].end_lineno, "MODIFY",
+                                               f"init_process_group moved after torch.{porter.dev}.set_device "
+                                               f"({porter.profile.backend} needs the device set first; nothing "
+                                               "between them uses the process group)"))
+            continue
+        porter.note(init_call.func, "torch.distributed.init_process_group",
+                    f"{porter.profile.backend} needs the device set before init_process_group: call "
+                    f"torch.{porter.dev}.set_device(local_rank) before it")
+
+
+def _distributed(called: str) -> bool:
+    return "distributed" in called or "get_rank" in called or "get_world_size" in called \
+        or called.startswith("dist.") or "barrier" in called or "all_reduce" in called
+
+
+def _lines(porter, statement: ast.stmt):
+    start = porter.src.starts[statement.lineno - 1]
+    end = porter.src.starts[statement.end_lineno] if statement.end_lineno < len(porter.src.starts) \
+        else len(porter.src.text)
+    return start, end
+
+
+def _own_lines(porter, block, i) -> bool:
+    statement = block[i]
+    first, _ = _lines(porter, statement)
+    return (i == 0 or statement.lineno > block[i - 1].end_lineno) and (
+        i + 1 == len(block) or block[i + 1].lineno > statement.end_lineno) and \
+        porter.src.text[first:porter.src.offset(statement.lineno, statement.col_offset)].strip() == ""
+
+
+def _init_can_follow(porter, block, init, later) -> bool:
+    """``init_process_group`` may move down to just after the ``set_device`` at `later`: both on lines of their
+    own, nothing in between (set_device included) calls anything distributed, and nothing in between assigns
+    what the init statement reads."""
+    if not (_own_lines(porter, block, init) and _own_lines(porter, block, later)):
+        return False
+    between = block[init + 1:later + 1]
+    called = [porter.src.segment(c.func) for s in between for c in ast.walk(s) if isinstance(c, ast.Call)]
+    if any(_distributed(n) for n in called):
+        return False
+    read = {n.id for n in ast.walk(block[init]) if isinstance(n, ast.Name)}
+    return not read & set().union(*(_assigned(s) for s in between))
+
+
+def _move(porter, statement: ast.stmt, before: ast.stmt = None, after: ast.stmt = None) -> None:
+    """Move `statement`'s lines (with the rewrites inside them) before or after another statement's lines."""
+    start, end = _lines(porter, statement)
+    inner = []
+    for c in porter.cands.values():
+        if c.enabled and all(start <= e[0] and e[1] <= end for e in c.edits):
+            inner.extend(c.edits)
+            c.edits = []
+    moved = apply_edits(porter.src.text[start:end], [(s - start, e - start, t) for s, e, t in inner])
+    at = _lines(porter, before)[0] if before is not None else _lines(porter, after)[1]
+    if after is not None and not porter.src.text[:at].endswith(("\n", "\r")):
+        moved = "\n" + moved.rstrip("\r\n")
+    porter.extra += [(start, end, ""), (at, at, moved)]
 
 
 def _blocks(tree: ast.AST):
