@@ -491,6 +491,13 @@ class Flow:
             literals += found
         return literals
 
+    def _value_reads(self) -> set:
+        """Names read other than as the callee of a call (a function passed around is not followed)."""
+        if getattr(self, "_reads", None) is None:
+            self._reads = {u.id for _, u in self.uses
+                           if not (isinstance(_parent(u), ast.Call) and _parent(u).func is u)}
+        return self._reads
+
     def _passed(self, scope: "_Scope", name: str) -> Optional[List[ast.AST]]:
         """What this file's calls pass to the parameter `name` of the function of `scope` (its default where
         a call passes nothing), or None (with why, `self.why`) when some value is not in view."""
@@ -502,9 +509,8 @@ class Flow:
         calls = self.calls.get(node.name, [])
         calls = [c for c in calls if isinstance(c.func, ast.Attribute) == method]
         called = f"{node.name}()"
-        if self.defined.get(node.name, 0) != 1 or (self.attr_reads.get(node.name) if method else any(
-                u.id == node.name and not (isinstance(_parent(u), ast.Call) and _parent(u).func is u)
-                for _, u in self.uses)):
+        if self.defined.get(node.name, 0) != 1 or (self.attr_reads.get(node.name) if method
+                                                    else node.name in self._value_reads()):
             self.why[where] = (f"`{name}` is a parameter of {called} (line {node.lineno}), which is defined more "
                                "than once or used as a value: its callers are not all in view")
             return None
