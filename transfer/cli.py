@@ -47,8 +47,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="safe (always): torch.cuda.X -> torch.<dev>.X where the vendor has X; torch.cuda.amp autocast/GradScaler\n"
                "  -> torch.autocast/torch.amp.GradScaler(\"<dev>\"); .cuda() / .cuda(N) -> .to(\"<dev>[:N]\"); .is_cuda;\n"
-               "  device strings where a device is expected; backend \"nccl\"; the vendor import; set_device before\n"
-               "  init_process_group where the backend needs it (tccl).\n"
+               "  device strings where a device is expected; backend \"nccl\"; comparisons of device variables and\n"
+               "  of x.device.type / get_backend() with \"cuda\" / \"nccl\"; try/except ImportError fallbacks of CUDA-only\n"
+               "  packages; the vendor import; set_device before init_process_group where the backend needs it (tccl).\n"
                "unsafe (--unsafe): .cuda(expr) -> .to(f\"<dev>:{expr}\") (.cuda(device) -> .to(device)); device/backend\n"
                "  strings anywhere; == \"cuda\" / == \"nccl\" -> in (\"cuda\", \"<dev>\").\n"
                "writes (not with --diff): change_list.csv, unsupported_api.csv (left for a person), port.log,\n"

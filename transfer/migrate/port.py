@@ -30,9 +30,17 @@ Safe rewrites (always):
   position, ``"nccl"`` in a backend position; the vendor import, once.
   A *device position* is a device argument (``.to()``, ``device=``,
   ``map_location=``, ``torch.device()``, ...), a branch of a conditional
-  expression in one, or a local variable / parameter default / ``--device``
-  option default whose every use is one (`flow`): its comparisons with
-  ``"cuda"`` are rewritten with it, so its tests keep their meaning.
+  expression in one, or a local variable / parameter / ``--device`` option
+  default that holds only devices (`flow`: literals, f-strings, other such
+  variables, options, a parameter's values at every call in view): its
+  comparisons with ``"cuda"`` (``==``, ``in``, substrings) are rewritten with
+  it, so its tests keep their meaning. Comparisons of ``x.device.type``,
+  ``device.type``, ``str(x.device)`` with ``"cuda"`` and of ``get_backend()``
+  with ``"nccl"`` take the target's names (every device and process group of a
+  ported program is the target's); where a compared value comes from outside
+  (a config, a parameter whose callers are elsewhere), the line is left and
+  the reason says where the value comes from. ``try: import <CUDA-only
+  package> except ImportError: <plain torch>`` becomes the fallback.
 Consistency (checked here, `Porter.settle`): a conditional expression's test and
   branches, an import and its uses, a device variable's values and
   comparisons are rewritten together or not at all; a ``torch.cuda.is_available()``
@@ -46,7 +54,9 @@ Torch-native (`rules.native`, rows of ``support.NATIVE_REWRITES``): apex's Fused
 Unsafe (``--unsafe``): device and backend strings anywhere, and ``== "cuda"``
   -> ``in ("cuda", "<dev>")`` (``"nccl"`` likewise).
 On tccl (sdaa) a ``set_device`` statement just after ``init_process_group`` in
-the same block moves before it when nothing in between assigns what it reads.
+the same block moves before it when nothing in between assigns what it reads,
+or else the ``init_process_group`` moves down after it when nothing in between
+uses the process group.
 
 Each rewrite is a rule module of `rules` (its docstring says what it rewrites
 and when); the edit machinery they share is `edits`. `Porter` holds one file's
