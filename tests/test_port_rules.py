@@ -167,10 +167,6 @@ FALLBACKS = {
         "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"),
 }
 KEPT_FALLBACKS = {
-    "apex optimizer, the fallback binds the same name": (
-        "import torch\ntry:\n    from apex.optimizers import FusedAdam\nexcept ImportError:\n"
-        "    FusedAdam = torch.optim.AdamW\nopt = FusedAdam(p)\n",
-        "import torch\nFusedAdam = torch.optim.AdamW\nopt = FusedAdam(p)\n"),
     "the fallback is CUDA too": "import torch\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n"
                                 "    torch.cuda.synchronize()\n",
     "another exception": "try:\n    import apex\nexcept Exception:\n    apex = None\n",
