@@ -2,7 +2,7 @@
 
 ``python -m transfer.migrate.docs`` (or ``transfer docs``) writes it;
 ``--check`` exits 1 when the file on disk is stale (CI and
-tests/test_migrate_docs.py run that).
+tests/test_migrate.py run that).
 """
 
 from __future__ import annotations
