@@ -222,3 +222,16 @@ def test_set_device_rule_moves_init_down_when_the_device_is_computed_after_it():
     kept = port(uses_group, device="sdaa")
     assert kept.text.index("init_process_group") < kept.text.index("set_device")
     assert any("needs the device set before init_process_group" in c.message for c in kept.changes)
+
+
+def test_conditionals_rule_keeps_a_device_comparison_that_guards_what_fails_natively():
+    """imagenet's main.py: `elif device.type == 'cuda': model = DataParallel(model)`. Rewritten, the comparison
+    would send the native run into DataParallel (CUDA-only): it stays CUDA's (False natively), with why; a
+    comparison that guards only other comparisons is rewritten."""
+    src = ("import torch\ndef f(model, x):\n    if x.device.type == 'cuda':\n"
+           "        model = torch.nn.DataParallel(model)\n    return model\n")
+    out = port(src)
+    assert "x.device.type == 'cuda'" in out.text
+    assert any("it guards torch.nn.DataParallel" in c.message for c in out.changes if c.start_line == 3)
+    ok = "def f(x, cfg):\n    if x.device.type == 'cuda':\n        return cfg.kind == 'cuda'\n"
+    assert "x.device.type == 'npu'" in port(ok).text

@@ -439,6 +439,11 @@ class Flow:
             if any(how == "other" for how, _ in kinds):
                 return f"`{expr.id}` is bound by a loop, a `with`, an import or an unpacking, which port does not follow"
             return ""
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in self.namespaces \
+                and expr.attr in self.options:
+            key = (0, f"--{expr.attr.replace('_', '-')}")
+            var = next((v for v in self.variables(dev, backend) if v.key == key), None)
+            return var.blocked if var is not None else ""
         if isinstance(expr, ast.Attribute):
             return f"{_spelled(expr)} is an attribute: port does not follow what is stored in it"
         if isinstance(expr, ast.Subscript):

@@ -103,7 +103,7 @@ class Porter:
         self.cands: Dict[int, Candidate] = {}  # id(finding) -> its candidate
         self.notes: Dict[int, str] = {}  # id(finding) -> why it is left (explicit)
         self.groups: List[Tuple[List[Candidate], str]] = []  # all or none
-        self.guards: List[Tuple[List[Candidate], List[ast.AST]]] = []  # availability tests and what they guard
+        self.guards: List[Tuple[List[Candidate], List[ast.AST], bool]] = []  # tests, what they guard, failing only
         self.roots: Dict[int, Tuple[int, str]] = {}  # id(cand) -> the line and reason that disabled its group
         self.extra: List[Edit] = []  # edits that belong to no finding (imports, moves)
         self.extra_changes: List[Change] = []
@@ -203,11 +203,12 @@ class Porter:
                         if c.disable(why):
                             self.roots[id(c)] = (line, root)
                             changed = True
-            for atoms, region in self.guards:
+            for atoms, region, failing_only in self.guards:
                 if not any(c.enabled for c in atoms):
                     continue
                 left = next((f for f in self.findings if any(inside(f, n) for n in region)
-                             and self.disposition_left(f)), None)
+                             and self.disposition_left(f)
+                             and not (failing_only and f.api.startswith("compare"))), None)
                 if left is not None:
                     why = (f"kept as CUDA's test (False natively, so the fallback runs): it guards {left.api} at "
                            f"line {left.line}, which is left for a person")

@@ -3,9 +3,10 @@ tests guard what they select.
 
 ``"cuda" if torch.cuda.is_available() else "cpu"``: the test and the branches
 are one group (all or none, `port.Porter.settle`). A ``torch.cuda.is_available()``
-(``device_count``, ``is_initialized``) test is rewritten only when nothing it
-guards is left for a person, else the CUDA branch would start running natively,
-half-ported.
+(``device_count``, ``is_initialized``) test, or a comparison with ``"cuda"``
+(``device.type == "cuda"``), is rewritten only when nothing it guards is left for
+a person (for a comparison: nothing that fails natively, comparisons left aside),
+else the CUDA branch would start running natively, half-ported.
 """
 
 from __future__ import annotations
@@ -34,9 +35,13 @@ def after_walk(porter) -> None:
 
 
 def add_guard(porter, test: ast.AST, region: List[ast.AST]) -> None:
-    atoms = [c for c in cands_in(porter, [test]) if c.finding.api in _AVAILABILITY]
+    found = cands_in(porter, [test])
+    atoms = [c for c in found if c.finding.api in _AVAILABILITY]
     if atoms:
-        porter.guards.append((atoms, region))
+        porter.guards.append((atoms, region, False))
+    compares = [c for c in found if c.finding.api == "compare 'cuda'"]
+    if compares:  # a comparison kept guards what fails natively (not another comparison, which only computes)
+        porter.guards.append((compares, region, True))
 
 
 def cands_in(porter, nodes: List[ast.AST], strings_only: bool = False) -> List[Candidate]:

@@ -66,6 +66,9 @@ def compare_cand(porter, node: ast.AST, api: str, value: str, new: str) -> None:
                 porter.cand(node, api, [edit], f"{porter.src.segment(node)} -> {edit[2]} (compared with the "
                                                "backend of the ported program's process group)")
                 return
+        origin = porter.flow.origin(other, porter.dev, porter.profile.backend)
+        if origin:
+            why = f"{origin}; where it holds the ported program's backend, compare with '{porter.profile.backend}'"
     if isinstance(compare, ast.Compare) and len(compare.ops) == 1 and isinstance(node, ast.Constant) \
             and node.value == value and isinstance(compare.ops[0], (ast.Eq, ast.NotEq)) \
             and compare.comparators[0] is node:
