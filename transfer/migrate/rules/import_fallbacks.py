@@ -69,9 +69,8 @@ def _fallback_text(porter, node: ast.Try, handler: ast.ExceptHandler) -> Optiona
     first, last = handler.body[0], handler.body[-1]
     indent = src.lines[node.lineno - 1][:node.col_offset]
     inner = src.lines[first.lineno - 1][:first.col_offset]
-    if indent.strip() or inner.strip() or not inner.startswith(indent) \
-            or src.lines[first.lineno - 1][:first.col_offset] != inner:
-        return None
+    if indent.strip() or inner.strip() or not inner.startswith(indent):
+        return None  # the handler's body starts on the except line, or the indentation mixes tabs
     cut = len(inner) - len(indent)
     out = []
     for line in src.lines[first.lineno - 1:last.end_lineno]:
