@@ -32,9 +32,9 @@ def cli(*args, cwd=None, check=True):
 
 
 def test_scan_known_answers_aliases_fstrings_compares():
-    from transfer.migrate import report
+    from transfer.migrate import scan_files
 
-    result = report.run([os.path.join(FIXTURES, "aliases.py")], ["npu"])
+    result = scan_files.run([os.path.join(FIXTURES, "aliases.py")], ["npu"])
     found = [(f.line, f.api) for f in result.findings]
     assert found == [
         (7, "torch.cuda.synchronize"), (8, "torch.cuda.empty_cache"), (9, "torch.cuda.amp.autocast"),
@@ -148,9 +148,9 @@ def test_the_native_spelling_port_suggests_runs_where_the_kept_call_fails(tmp_pa
 
 
 def test_scan_tree_gbk_and_unparsable_files():
-    from transfer.migrate import report
+    from transfer.migrate import scan_files
 
-    result = report.run([FIXTURES], ["sdaa"])
+    result = scan_files.run([FIXTURES], ["sdaa"])
     assert [f["file"] for f in result.failed] == [os.path.join(FIXTURES, "tree", "broken.py")]
     apis = {(os.path.basename(f.file), f.api) for f in result.findings}
     assert ("gbk_declared.py", "torch.cuda.synchronize") in apis  # declared coding: gbk
@@ -228,15 +228,15 @@ def test_docs_writes_only_into_a_checkout_or_where_told(tmp_path):
 def test_port_safe_unsafe_idempotent_and_comments_kept():
     from transfer.migrate.port import port_source
 
-    src = ("import torch\n\n# keep me\nx = torch.zeros(2).cuda()  # and me\nif x.device.type == 'cuda':\n"
+    src = ("import torch\n\n# keep me\nx = torch.zeros(2).cuda()  # and me\nif opts.device == 'cuda':\n"
            "    torch.cuda.synchronize()\nd = 'cuda'\ny = x.cuda(rank)\n")
     safe = port_source(src, "sdaa")
     assert safe.text == ("import torch\nimport torch_sdaa  # registers torch.sdaa\n\n# keep me\n"
-                         "x = torch.zeros(2).sdaa()  # and me\nif x.device.type == 'cuda':\n"
+                         "x = torch.zeros(2).sdaa()  # and me\nif opts.device == 'cuda':\n"
                          "    torch.sdaa.synchronize()\nd = 'cuda'\ny = x.sdaa(rank)\n")
-    assert safe.unsafe_skipped == 2  # d = 'cuda' reaches no device argument; the comparison
+    assert safe.unsafe_skipped == 2  # d = 'cuda' reaches no device argument; the comparison (an attribute)
     unsafe = port_source(src, "sdaa", unsafe=True)
-    assert "if x.device.type in ('cuda', \"sdaa\"):" in unsafe.text
+    assert "if opts.device in ('cuda', \"sdaa\"):" in unsafe.text
     assert "d = 'sdaa'" in unsafe.text and "y = x.sdaa(rank)" in unsafe.text
     # an index keeps .cuda()'s meaning through the vendor's method; a device goes through .to (torch_npu's
     # Module.npu takes an index only)
@@ -471,6 +471,28 @@ FLOW_PATTERNS = {  # CUDA source -> its safe port (the vendor import line aside)
         "args = p.parse_args()\nif not torch.cuda.is_available():\n    args.device = 'cpu'\nx = torch.ones(1).to(args.device)\n",
         "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='npu')\n"
         "args = p.parse_args()\nif not torch.npu.is_available():\n    args.device = 'cpu'\nx = torch.ones(1).to(args.device)\n"),
+    "a device object's type (every device of a ported program is the target's)": (
+        "def f(x):\n    return x.device.type == 'cuda' or str(x.device) == 'cuda:0'\n",
+        "def f(x):\n    return x.device.type == 'npu' or str(x.device) == 'npu:0'\n"),
+    "a variable passed on to code not in view (a device of the ported program)": (
+        "import torch\ndevice = 'cuda'\nmodel = torch.nn.Linear(1, 1).to(device)\nhelper(device)\n",
+        "import torch\ndevice = 'npu'\nmodel = torch.nn.Linear(1, 1).to(device)\nhelper(device)\n"),
+    "the nanoGPT / llm.c idiom: f-string, substring test, device type, autocast": (
+        "import os, torch\nfrom contextlib import nullcontext\ndevice = 'cuda'\nif os.environ.get('RANK'):\n"
+        "    device = f'cuda:{os.environ[\"LOCAL_RANK\"]}'\n    torch.cuda.set_device(device)\n"
+        "device_type = 'cuda' if 'cuda' in device else 'cpu'\n"
+        "ctx = torch.amp.autocast(device_type=device_type) if device_type == 'cuda' else nullcontext()\n",
+        "import os, torch\nfrom contextlib import nullcontext\ndevice = 'npu'\nif os.environ.get('RANK'):\n"
+        "    device = f'npu:{os.environ[\"LOCAL_RANK\"]}'\n    torch.npu.set_device(device)\n"
+        "device_type = 'npu' if 'npu' in device else 'cpu'\n"
+        "ctx = torch.amp.autocast(device_type=device_type) if device_type == 'npu' else nullcontext()\n"),
+    "a parameter compared, every caller in view": (
+        "import torch\nclass M(torch.nn.Module):\n    def opt(self, device_type):\n"
+        "        return device_type == 'cuda'\ndevice = 'cuda'\nm = M().to(device)\n"
+        "m.opt(device_type='cuda' if 'cuda' in device else 'cpu')\n",
+        "import torch\nclass M(torch.nn.Module):\n    def opt(self, device_type):\n"
+        "        return device_type == 'npu'\ndevice = 'npu'\nm = M().to(device)\n"
+        "m.opt(device_type='npu' if 'npu' in device else 'cpu')\n"),
     "aliases of torch.cuda": (
         "import torch\nimport torch.cuda as tc\nfrom torch.cuda.amp import autocast, GradScaler\ntc.synchronize()\n"
         "with autocast(enabled=True):\n    pass\ns = GradScaler()\n",
@@ -482,9 +504,7 @@ LOOK_ALIKES = {  # left exactly as they are
     "paths": "import torch\nm = torch.load('/ckpt/cuda_model.pt')\nckpt_dir = 'runs/cuda'\n",
     "log messages": "import logging\nlogging.info('moving the model to cuda')\nprint('cuda:0 is busy')\n",
     "a parameter compared, value unknown": "def opt(params, device_type):\n    return device_type == 'cuda'\n",
-    "a device object's type": "def f(x):\n    return x.device.type == 'cuda'\n",
-    "a variable passed to code not in view": "import torch\ndevice = 'cuda'\nmodel = torch.nn.Linear(1, 1).to(device)\n"
-                                             "helper(device)\n",
+    "an attribute compared, value unknown": "def f(x):\n    return x.kind == 'cuda'\n",
     "a variable stored on an object": "class T:\n    def __init__(self, device='cuda'):\n        self.device = device\n",
     "a loop variable": "import torch\nfor device in ['cuda', 'cpu']:\n    torch.ones(1).to(device)\n",
     "a variable that reaches no device argument": "name = 'cuda'\nprint(name)\n",

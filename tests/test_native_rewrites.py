@@ -129,10 +129,7 @@ NAMED = {
     "channel_last SyncBatchNorm conversion": (
         "import torch\nimport apex\nnet = apex.parallel.convert_syncbn_model(net, channel_last=True)\n",
         (3, "apex.parallel.convert_syncbn_model"), "`channel_last=True`"),
-    "a fallback binding the same name": (
-        "import torch\ntry:\n    from apex.optimizers import FusedAdam\nexcept ImportError:\n"
-        "    FusedAdam = torch.optim.AdamW\nopt = FusedAdam(p)\n",
-        (3, "apex.optimizers.FusedAdam"), "also bound at line 5"),
+    # a try/except ImportError fallback binding the same name is ported to the fallback: tests/test_port_rules.py
     "import apex also used for amp: the whole statement stays": (
         "import torch\nimport apex\nopt = apex.optimizers.FusedSGD(p, 0.1)\n"
         "model, opt = apex.amp.initialize(model, opt)\n",

@@ -48,8 +48,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="safe (always): torch.cuda.X -> torch.<dev>.X where the vendor has X; torch.cuda.amp autocast/GradScaler\n"
                "  -> torch.autocast/torch.amp.GradScaler(\"<dev>\"); .cuda() / .cuda(N) -> .to(\"<dev>[:N]\"); .is_cuda;\n"
-               "  device strings where a device is expected; backend \"nccl\"; the vendor import; set_device before\n"
-               "  init_process_group where the backend needs it (tccl).\n"
+               "  device strings where a device is expected; backend \"nccl\"; comparisons of device variables and\n"
+               "  of x.device.type / get_backend() with \"cuda\" / \"nccl\"; try/except ImportError fallbacks of CUDA-only\n"
+               "  packages; the vendor import; set_device before init_process_group where the backend needs it (tccl).\n"
                "unsafe (--unsafe): .cuda(expr) -> .to(f\"<dev>:{expr}\") (.cuda(device) -> .to(device)); device/backend\n"
                "  strings anywhere; == \"cuda\" / == \"nccl\" -> in (\"cuda\", \"<dev>\").\n"
                "writes (not with --diff): change_list.csv, unsupported_api.csv (left for a person), port.log,\n"
@@ -123,22 +124,22 @@ def _is_checkout(folder: str) -> bool:
 
 
 def _scan(args) -> int:
-    from .migrate import report
+    from .migrate import scan_files
 
-    result = report.run(args.paths, [args.device] if args.device else list(PROFILES), jobs=args.jobs,
+    result = scan_files.run(args.paths, [args.device] if args.device else list(PROFILES), jobs=args.jobs,
                         progress=not args.no_progress)
-    sys.stdout.write(report.FORMATS[args.format](result))
+    sys.stdout.write(scan_files.FORMATS[args.format](result))
     if args.format != "text":
-        print(report.summary(result), file=sys.stderr)
+        print(scan_files.summary(result), file=sys.stderr)
     return 1 if args.strict and result.unsupported() else 0
 
 
 def _port(args) -> int:
-    from .migrate import tree
+    from .migrate import port_files
 
     out = None if (args.diff or args.in_place) else (args.out or f"ported-{args.device}")
     try:
-        outcome = tree.run(args.paths, args.device, out=out, diff=sys.stdout if args.diff else None,
+        outcome = port_files.run(args.paths, args.device, out=out, diff=sys.stdout if args.diff else None,
                            in_place=args.in_place, unsafe=args.unsafe, errors=sys.stderr, main=args.main,
                            jobs=args.jobs, progress=not args.no_progress)
     except ValueError as exc:

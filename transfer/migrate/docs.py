@@ -1,8 +1,8 @@
 """docs/support-matrix.md, rendered from the support table.
 
 ``python -m transfer.migrate.docs`` (or ``transfer docs``) writes it;
-``--check`` exits 1 when the file on disk is stale (the migrate tests
-compare it with `render` too).
+``--check`` exits 1 when the file on disk is stale (CI and
+tests/test_migrate.py run that).
 """
 
 from __future__ import annotations

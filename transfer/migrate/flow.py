@@ -36,7 +36,8 @@ DEVICE_CALLS = frozenset({
     "get_device_properties", "get_device_capability", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "max_memory_reserved", "reset_peak_memory_stats", "current_stream", "default_stream", "mem_get_info",
     "set_default_device", "cuda"})
-DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type", "output_device", "pin_memory_device"})
+DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type", "output_device", "pin_memory_device",
+                             "device_map"})
 BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
 #: Calls that only show a value (printing, logging, formatting).
 SHOWING = frozenset({"print", "str", "repr", "format", "info", "debug", "warning", "warn", "error", "critical",
@@ -52,6 +53,15 @@ def _parent(node: ast.AST) -> Optional[ast.AST]:
 def _callee(call: ast.Call) -> str:
     func = call.func
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _spelled(node: ast.AST) -> str:
+    """`node` as source, short (for reasons)."""
+    try:
+        text = ast.unparse(node)
+    except AttributeError:  # Python 3.8
+        return f"a {type(node).__name__.lower()}"
+    return f"`{text if len(text) <= 40 else text[:37] + '...'}`"
 
 
 def position(node: ast.AST, imports: Optional[names.Imports] = None) -> str:
@@ -105,6 +115,7 @@ class Var(NamedTuple):
     blocked: str  # why it is not rewritten ("" when it is)
     key: Tuple[int, str] = (0, "")  # (id of its scope, name); options: (0, "--dest")
     links: Tuple[Tuple[int, str], ...] = ()  # parameters of this file's functions it is passed to
+    deps: Tuple[Tuple[int, str], ...] = ()  # variables its values are read from (kept if one of them is)
 
 
 class _Scope:
@@ -131,6 +142,10 @@ class Flow:
         self.options: Dict[str, List[ast.AST]] = {}  # argparse dest -> default values
         self.option_stores: Dict[str, List[ast.AST]] = {}
         self.functions: Dict[str, Tuple[ast.AST, "_Scope"]] = {}  # module-level def name -> (node, its scope)
+        self.scope_of: Dict[int, "_Scope"] = {}  # id of a Name read -> the scope it is read in
+        self.calls: Dict[str, List[ast.Call]] = {}  # callee's last name -> the calls of it
+        self.defined: Dict[str, int] = {}  # def name -> how many defs (functions and methods) bind it
+        self.attr_reads: Dict[str, int] = {}  # attribute name -> reads other than as a call's callee
         self.getters: set = set()  # module-level functions that return parse_args()
         self._walk_body(tree.body, self.module)
         for scope, node in self._namespace_calls:
@@ -140,6 +155,10 @@ class Flow:
                     if isinstance(t, ast.Name):
                         self.namespaces.add(t.id)
         self._resolved: Dict[int, Optional[_Scope]] = {}
+        self._memo: Dict[Tuple[int, str, str], Optional[bool]] = {}  # (scope, name, kind) -> has device evidence
+        self._deps: List[Tuple[int, str]] = []
+        self._evidence = False
+        self.why: Dict[Tuple[int, str], str] = {}  # (scope, name) -> where its value comes from, when not followed
 
     # ---------------------------------------------------------------- scopes
     def _bind(self, scope: _Scope, name: str, kind: str, value: Optional[ast.AST]) -> None:
@@ -165,6 +184,8 @@ class Flow:
             for d in list(args.defaults) + [d for d in args.kw_defaults if d is not None]:
                 self._walk(d, scope)
             inner = self._new_scope(node, scope, "function")
+            if not isinstance(node, ast.Lambda):
+                self.defined[node.name] = self.defined.get(node.name, 0) + 1
             if scope is self.module and not isinstance(node, ast.Lambda):
                 self.functions[node.name] = (node, inner)
                 if any(isinstance(r, ast.Return) and isinstance(r.value, ast.Call)
@@ -200,6 +221,12 @@ class Flow:
             for part in ([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]):
                 self._walk(part, inner)
             return
+        if isinstance(node, ast.Call):
+            self.calls.setdefault(_callee(node), []).append(node)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            holder = _parent(node)
+            if not (isinstance(holder, ast.Call) and holder.func is node):
+                self.attr_reads[node.attr] = self.attr_reads.get(node.attr, 0) + 1
         if isinstance(node, ast.Global):
             scope.globals.update(node.names)
             for name in node.names:
@@ -230,6 +257,7 @@ class Flow:
         elif isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Load):
                 self.uses.append((scope, node))
+                self.scope_of[id(node)] = scope
             else:
                 self._bind(scope, node.id, "other", None)
         elif isinstance(node, ast.alias):
@@ -287,18 +315,77 @@ class Flow:
                 return [] if _BACKEND_LIKE.match(value.value) else None
             return None
         if scan.is_device_string(value):
+            self._evidence = True
             return [value]
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            return [] if _DEVICE_LIKE.match(value.value) else None
+            return [] if _DEVICE_LIKE.match(value.value) or value.value == "" else None
         if isinstance(value, ast.Call):
             if isinstance(value.func, ast.Attribute) and value.func.attr == "format" \
                     and scan.is_device_string(value.func.value):
+                self._evidence = True
                 return [value.func.value]
             if self.imports.qualified(value.func) == "torch.device" and value.args:
+                self._evidence = True
+                return self.device_valued(value.args[0], kind)
+            if isinstance(value.func, ast.Name) and value.func.id == "str" and len(value.args) == 1 \
+                    and not value.keywords:
                 return self.device_valued(value.args[0], kind)
         if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and scan.is_device_string(value.left):
+            self._evidence = True
             return [value.left]
+        if self.is_device_read(value):  # x.device, x.device.type: a device the ported code made
+            self._evidence = True
+            return []
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id in self.namespaces \
+                and value.attr in self.options and isinstance(value.ctx, ast.Load):
+            found = self._values([("assign", d) for d in self.options[value.attr]], kind)
+            if found is not None:
+                self._deps.append((0, f"--{value.attr.replace('_', '-')}"))
+                return []
+            return None
+        if isinstance(value, ast.Name) and id(value) in self.scope_of:
+            home = self.resolve(self.scope_of[id(value)], value.id)
+            if home is None or value.id in self.imports.table:
+                return None
+            evidence = self._name_evidence(home, value.id, kind)
+            if evidence is None:
+                return None
+            self._deps.append((id(home), value.id))
+            self._evidence = self._evidence or evidence
+            return []
         return None
+
+    @staticmethod
+    def is_device_read(value: ast.AST, object_too: bool = False) -> bool:
+        """``x.device.type``, ``device.type`` (with `object_too`, ``x.device`` too): the device (type) of a tensor,
+        a module or a torch.device, which in a ported program is the target's (every device the code creates
+        is). ``x.device`` alone is not read as one by default: ``args.device`` / ``self.device`` are as often a
+        string from a config."""
+        if not isinstance(value, ast.Attribute) or not isinstance(value.ctx, ast.Load):
+            return False
+        if value.attr == "type" and isinstance(value.value, ast.Attribute) and value.value.attr == "device":
+            return True
+        if value.attr == "type" and isinstance(value.value, ast.Name) and (
+                value.value.id in ("device", "dev") or value.value.id.endswith("_device")):
+            return True  # device.type: a torch.device by its name (a string has no .type)
+        return object_too and value.attr == "device"
+
+    def _name_evidence(self, scope: "_Scope", name: str, kind: str) -> Optional[bool]:
+        """Whether every binding of `name` in `scope` is a device (backend) value (None: not), and whether one
+        of them shows it is a device (a CUDA literal, a device read); memoised, cycles read as not followed."""
+        memo_key = (id(scope), name, kind)
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        self._memo[memo_key] = None  # a cycle: not followed
+        saved = self._deps, self._evidence
+        self._deps, self._evidence = [], False
+        try:
+            found = self._values(scope.bindings.get(name, []), kind, scope, name)
+            result = None if found is None else self._evidence
+        finally:
+            self._deps, self._evidence = saved
+        self._memo[memo_key] = result
+        return result
 
     def is_device_object(self, expr: ast.AST) -> bool:
         """`expr`, passed to ``.cuda(...)``, is a device (``w.device``, a device variable), not an index."""
@@ -320,7 +407,52 @@ class Flow:
 
     # ---------------------------------------------------------------- variables
     def variables(self, dev: str, backend: str) -> List[Var]:
-        """Every device/backend variable and option of the module (see the module docstring)."""
+        """Every device/backend variable and option of the module (see the module docstring); computed once."""
+        if getattr(self, "_variables", None) is None:
+            self._variables = self._find_variables(dev, backend)
+        return self._variables
+
+    def origin(self, expr: ast.AST, dev: str, backend: str) -> str:
+        """Where the value of `expr`, compared with a device string and not rewritten, comes from (a reason
+        for a person), or ""."""
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "str" and expr.args:
+            expr = expr.args[0]
+        if isinstance(expr, ast.Attribute) and expr.attr == "type":
+            expr = expr.value
+        if isinstance(expr, ast.Name):
+            scope = self.scope_of.get(id(expr))
+            home = self.resolve(scope, expr.id) if scope is not None else None
+            if home is None:
+                return f"`{expr.id}` is not bound in this file: its value comes from another module"
+            var = next((v for v in self.variables(dev, backend) if v.key == (id(home), expr.id)), None)
+            if var is not None and var.blocked:
+                return var.blocked
+            self._name_evidence(home, expr.id, "device")
+            if (id(home), expr.id) in self.why:
+                return self.why[(id(home), expr.id)]
+            kinds = [(how, value) for how, value in home.bindings.get(expr.id, [])]
+            other = next((value for how, value in kinds if how == "assign" and value is not None
+                          and self.device_valued(value, "device") is None), None)
+            if other is not None:
+                return (f"`{expr.id}` takes the value of {_spelled(other)} (line {other.lineno}), which port does not "
+                        "follow (a config, a function's result, another module)")
+            if any(how == "other" for how, _ in kinds):
+                return f"`{expr.id}` is bound by a loop, a `with`, an import or an unpacking, which port does not follow"
+            return ""
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in self.namespaces \
+                and expr.attr in self.options:
+            key = (0, f"--{expr.attr.replace('_', '-')}")
+            var = next((v for v in self.variables(dev, backend) if v.key == key), None)
+            return var.blocked if var is not None else ""
+        if isinstance(expr, ast.Attribute):
+            return f"{_spelled(expr)} is an attribute: port does not follow what is stored in it"
+        if isinstance(expr, ast.Subscript):
+            return f"{_spelled(expr)} is read from a container (a config?), which port does not follow"
+        if isinstance(expr, ast.Call):
+            return f"{_spelled(expr)}: port does not follow what a function returns"
+        return ""
+
+    def _find_variables(self, dev: str, backend: str) -> List[Var]:
         uses: Dict[Tuple[int, str], List[ast.Name]] = {}
         for scope, node in self.uses:
             home = self.resolve(scope, node.id)
@@ -331,7 +463,7 @@ class Flow:
             for name, bindings in scope.bindings.items():
                 var = self._variable(name, bindings, uses.get((id(scope), name), []), dev, backend,
                                      global_elsewhere=scope is self.module and any(
-                                         name in s.globals for s in self.scopes if s is not scope))
+                                         name in s.globals for s in self.scopes if s is not scope), scope=scope)
                 if var is not None:
                     out.append(var._replace(key=(id(scope), name)))
         for dest, defaults in self.options.items():
@@ -340,9 +472,22 @@ class Flow:
                 out.append(var._replace(key=(0, var.name)))
         return out
 
-    def _values(self, bindings, kind: str) -> Optional[List[ast.AST]]:
+    def _values(self, bindings, kind: str, scope: Optional["_Scope"] = None,
+                name: str = "") -> Optional[List[ast.AST]]:
         literals: List[ast.AST] = []
         for how, value in bindings:
+            if how == "param" and value is None and kind == "device" and scope is not None:
+                passed = self._passed(scope, name)
+                if passed is None:
+                    return None
+                for arg in passed:
+                    found = self.device_valued(arg, kind)
+                    if found is None:
+                        self.why.setdefault((id(scope), name), f"`{name}` is passed {_spelled(arg)} at line "
+                                                               f"{arg.lineno}, which port does not follow")
+                        return None
+                    literals += found  # rewritten with the parameter's comparisons (one group)
+                continue
             if how not in ("assign", "param") or how == "param" and value is None:
                 return None
             found = self.device_valued(value, kind)
@@ -351,17 +496,70 @@ class Flow:
             literals += found
         return literals
 
-    def _variable(self, name, bindings, uses, dev, backend, global_elsewhere) -> Optional[Var]:
+    def _value_reads(self) -> set:
+        """Names read other than as the callee of a call (a function passed around is not followed)."""
+        if getattr(self, "_reads", None) is None:
+            self._reads = {u.id for _, u in self.uses
+                           if not (isinstance(_parent(u), ast.Call) and _parent(u).func is u)}
+        return self._reads
+
+    def _passed(self, scope: "_Scope", name: str) -> Optional[List[ast.AST]]:
+        """What this file's calls pass to the parameter `name` of the function of `scope` (its default where
+        a call passes nothing), or None (with why, `self.why`) when some value is not in view."""
+        node = scope.node
+        where = (id(scope), name)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        method = scope.parent is not None and scope.parent.kind == "class"
+        calls = self.calls.get(node.name, [])
+        calls = [c for c in calls if isinstance(c.func, ast.Attribute) == method]
+        called = f"{node.name}()"
+        if self.defined.get(node.name, 0) != 1 or (self.attr_reads.get(node.name) if method
+                                                    else node.name in self._value_reads()):
+            self.why[where] = (f"`{name}` is a parameter of {called} (line {node.lineno}), which is defined more "
+                               "than once or used as a value: its callers are not all in view")
+            return None
+        if not calls:
+            self.why[where] = (f"`{name}` is a parameter of {called} (line {node.lineno}) without a default, and "
+                               "its callers are not in this file: the value comes from them")
+            return None
+        args = node.args
+        positional = [a.arg for a in list(getattr(args, "posonlyargs", [])) + list(args.args)]
+        defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        offset = 1 if method and not any(isinstance(d, ast.Name) and d.id == "staticmethod"
+                                         for d in node.decorator_list) else 0
+        index = positional.index(name) - offset if name in positional else None
+        out = []
+        for call in calls:
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                self.why[where] = f"`{name}` of {called}: the call at line {call.lineno} passes *args / **kwargs"
+                return None
+            value = next((k.value for k in call.keywords if k.arg == name), None)
+            if value is None and index is not None and 0 <= index < len(call.args):
+                value = call.args[index]
+            if value is None:
+                value = defaults.get(name)
+            if value is None:
+                self.why[where] = f"`{name}` of {called}: the call at line {call.lineno} does not pass it"
+                return None
+            out.append(value)
+        return out
+
+    def _variable(self, name, bindings, uses, dev, backend, global_elsewhere, scope=None) -> Optional[Var]:
+        deps: List[Tuple[int, str]] = []
         for kind in ("device", "backend"):
-            literals = self._values(bindings, kind)
-            if literals:
+            self._deps, self._evidence = [], False
+            literals = self._values(bindings, kind, scope, name)
+            deps = self._deps
+            if literals or kind == "device" and literals is not None and self._evidence:
                 break
         else:
             return None
         if global_elsewhere:
             return Var(name, kind, literals, [], f"`{name}` is assigned through `global` in a function")
-        compares, blocked, links = self._uses(name, uses, kind, dev, backend)
-        return Var(name, kind, literals, compares, blocked, links=tuple(links))
+        compares, blocked, links = self._uses(name, uses, kind, dev, backend, needs_reach=bool(literals))
+        return Var(name, kind, literals, compares, blocked, links=tuple(links), deps=tuple(deps))
 
     def _option_variable(self, dest, defaults, dev, backend) -> Optional[Var]:
         values = [("assign", d) for d in defaults] + [("assign", v) for v in self.option_stores.get(dest, [])]
@@ -388,11 +586,16 @@ class Flow:
         compares, why, links = self._uses(f"args.{dest}", uses, kind, dev, backend)
         return Var(f"--{dest.replace('_', '-')}", kind, literals, compares, blocked or why, links=tuple(links))
 
-    def _uses(self, name, uses, kind, dev, backend):
+    def _uses(self, name, uses, kind, dev, backend, needs_reach=True):
         compares: List[Tuple[ast.Constant, str]] = []
         links: List[Tuple[int, str]] = []
         reached = False
+        compared_only = True  # a value only compared keeps every test's meaning when rewritten with them
         for use in uses:
+            holder = _parent(use)
+            if kind == "device" and isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) \
+                    and holder.func.id == "str" and holder.args == [use] and isinstance(_parent(holder), ast.Compare):
+                use = holder  # str(device) == "cuda:0"
             where = position(use, self.imports)
             if where == kind:
                 reached = True
@@ -403,6 +606,7 @@ class Flow:
                 reached = True
                 continue
             parent = _parent(use)
+            compared_only = compared_only and where == "compare"
             if where == "compare" and isinstance(parent, ast.Compare):
                 found = self._compare(parent, use, kind, dev, backend)
                 if found is None:
@@ -417,14 +621,27 @@ class Flow:
                     continue
             if self._shown_or_tested(use):
                 continue
+            if kind == "device" and self._passed_on(use):
+                continue  # a device of the ported program, passed on as one: its readers are ported where they are
             return [], f"`{name}` reaches {self._describe(use)} (line {use.lineno}), not a {kind} argument", []
-        if not reached:
+        if not reached and needs_reach and not (compared_only and compares):
             return [], f"`{name}` reaches no {kind} argument in this file", []
         return compares, "", links
 
+    @staticmethod
+    def _passed_on(use: ast.AST) -> bool:
+        """`use` is an argument of a call, or copied into another name (whose own analysis follows it)."""
+        parent = _parent(use)
+        if isinstance(parent, ast.keyword):
+            return parent.arg is not None
+        if isinstance(parent, ast.Call):
+            return use is not parent.func and use in parent.args
+        return isinstance(parent, ast.Assign) and parent.value is use and all(
+            isinstance(t, ast.Name) for t in parent.targets)
+
     def _parameter(self, use: ast.AST) -> Optional[Tuple[int, str]]:
-        """(scope id, parameter) when `use` is an argument of a call of a function of this module whose
-        parameter there has a default (a candidate device variable itself: linked, all or none)."""
+        """(scope id, parameter) when `use` is an argument of a call of a function of this module (the
+        parameter is a candidate device variable itself: linked, all or none)."""
         parent = _parent(use)
         keyword = None
         if isinstance(parent, ast.keyword):
@@ -448,7 +665,7 @@ class Flow:
         else:
             param = keyword
         bindings = scope.bindings.get(param, [])
-        if len(bindings) == 1 and bindings[0][0] == "param" and bindings[0][1] is not None:
+        if len(bindings) == 1 and bindings[0][0] == "param":
             return id(scope), param
         return None
 

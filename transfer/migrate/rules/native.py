@@ -1,8 +1,8 @@
 """``transfer port``'s torch-native rewrites of third-party calls (`rewrites.NATIVE_REWRITES`).
 
-An apex import and every use of what it binds are ported together or not at
-all, the discipline port keeps for ``torch.cuda`` aliases
-(`port._Porter.port_alias_import`, and `port._Porter._settle` over the group):
+Rule: an apex import and every use of what it binds are ported together or not
+at all, the discipline port keeps for ``torch.cuda`` aliases (`aliases`, and
+`port.Porter.settle` over the group):
 the uses become their torch spellings and the import goes (or becomes
 ``import torch`` where the file has none), or nothing changes and every one of
 them is named, with why, in unsupported_api.csv.
@@ -14,7 +14,7 @@ torch spelling computes the same, and the file shows no conflicting use (the
 row's ``conflicts``: ``apex.amp`` wrapping the optimizers, apex DDP's own
 methods). Rows marked unsafe (the norms: autocast is not visible where a
 module is built) are written only with ``--unsafe``. Everything else of
-third-party packages is named, with `rewrites.NO_NATIVE_REWRITE`'s reason where
+third-party packages is named, with `NO_NATIVE_REWRITE`'s reason where
 the table has one (flash_attn's attention: SDPA's causal alignment differs
 when seqlen_q != seqlen_k).
 
@@ -27,17 +27,21 @@ import ast
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .. import support
-from . import names, rewrites
-
-Edit = Tuple[int, int, str]
-
-
-def _parent(node: ast.AST) -> Optional[ast.AST]:
-    return getattr(node, "_parent", None)
+from .. import names
+from ..edits import Edit, apply_edits, parent_of
+# The port's rewrite tables: imported here only, the one module of port that reads them.
+from ..rewrites import NO_NATIVE_REWRITE, Rewrite, native_rewrite
 
 
-def visit(porter) -> None:
+def table_hint(api: str) -> str:
+    """What the tables say of a third-party API left for a person: its torch-native rewrite and when it is
+    equal, or why there is none (``"; torch-native: ..."``, or "")."""
+    rewrite = native_rewrite(api)
+    hint = f"; torch-native: {rewrite.to}, equal when: {rewrite.when}" if rewrite is not None else ""
+    return hint + (f"; {NO_NATIVE_REWRITE[api]}" if api in NO_NATIVE_REWRITE else "")
+
+
+def before_walk(porter) -> None:
     """Give every apex import statement of `porter`'s file and its uses one all-or-none disposition."""
     uses: Dict[str, List[ast.Name]] = {}
     bound: Dict[str, int] = {}  # names bound other than by an import -> first line
@@ -71,7 +75,7 @@ class _Context:
         self.torch = "torch" if "torch" in torch_names or not torch_names else sorted(torch_names)[0]
         self.need_torch = not torch_names
 
-    def conflict(self, rewrite: rewrites.Rewrite) -> str:
+    def conflict(self, rewrite: Rewrite) -> str:
         for c in rewrite.conflicts:
             if c.startswith("."):
                 if c[1:] in self.attrs:
@@ -86,8 +90,8 @@ class _Context:
     def reported(self, use: ast.Name) -> Tuple[ast.AST, Optional[str]]:
         """The node scan reported for a use (the longest chain with a row) and its API."""
         chain = [use]
-        while isinstance(_parent(chain[-1]), ast.Attribute) and _parent(chain[-1]).value is chain[-1]:
-            chain.append(_parent(chain[-1]))
+        while isinstance(parent_of(chain[-1]), ast.Attribute) and parent_of(chain[-1]).value is chain[-1]:
+            chain.append(parent_of(chain[-1]))
         for node in reversed(chain):
             qualified = self.porter.imports.qualified(node)
             api = names.api_of(qualified) if qualified else None
@@ -111,12 +115,12 @@ class _Context:
                 if api is None:
                     problems.append(f"`{src.segment(node)}` (line {node.lineno}) has no torch-native spelling")
                     continue
-                rewrite = rewrites.native_rewrite(api)
+                rewrite = native_rewrite(api)
                 if rewrite is None:
                     problems.append(f"{api} (line {node.lineno}): "
-                                    + rewrites.NO_NATIVE_REWRITE.get(api, "no torch-native spelling"))
+                                    + NO_NATIVE_REWRITE.get(api, "no torch-native spelling"))
                     continue
-                call = _parent(node)
+                call = parent_of(node)
                 if not (isinstance(call, ast.Call) and call.func is node) or porter.imports.qualified(node) != api:
                     why = f"{api} used other than as a call (line {node.lineno}): port it by hand"
                     c = porter.cand(node, api, why=why)
@@ -169,7 +173,7 @@ class _Context:
                               "the import and the uses of what it binds"))
 
     # ---------------------------------------------------------------- the call
-    def call_edits(self, call: ast.Call, api: str, rewrite: rewrites.Rewrite) -> Tuple[List[Edit], List[str], str]:
+    def call_edits(self, call: ast.Call, api: str, rewrite: Rewrite) -> Tuple[List[Edit], List[str], str]:
         """(edits, the text each replaces, message), or ([], [], why not)."""
         src = self.src
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -200,7 +204,7 @@ class _Context:
                                 f"{name}={want!r}")
         # where each argument starts and ends in the text
         spans = []
-        at = self.porter.after_paren(call)
+        at = self.porter.src.after_paren(call)
         for name, node, keyword in args:
             start, end = src.span(node)
             if keyword:
@@ -245,7 +249,7 @@ class _Context:
             if spans and any(keep):
                 edits.append((spans[-1][1], spans[-1][1], ", " + ", ".join(added)))
             else:
-                at = self.porter.after_paren(call)
+                at = self.porter.src.after_paren(call)
                 edits.append((at, at, ", ".join(added)))
         func_start, func_end = src.span(call.func)
         spelled = src.segment(call.func)
@@ -268,10 +272,8 @@ class _Context:
 
     def check(self, call: ast.Call, edits: Sequence[Edit], count: int) -> str:
         """The rewritten call parses and passes what was meant (else: by hand)."""
-        from .port import _apply
-
         start, end = self.src.span(call)
-        text = _apply(self.src.text[start:end], [(s - start, e - start, t) for s, e, t in edits])
+        text = apply_edits(self.src.text[start:end], [(s - start, e - start, t) for s, e, t in edits])
         try:
             new = ast.parse("(" + text + ")", mode="eval").body
         except SyntaxError:
@@ -302,7 +304,7 @@ class _Context:
             if statement not in self.porter.tree.body:
                 return none, "the file does not import torch at module level"
             return (start, end, "import torch"), ""
-        parent = _parent(statement)
+        parent = parent_of(statement)
         block = next((getattr(parent, f) for f in ("body", "orelse", "finalbody")
                       if statement in getattr(parent, f, ()) or ()), [statement])
         if len(block) == 1:

@@ -27,13 +27,15 @@ import csv
 import difflib
 import os
 import shutil
-from typing import List, NamedTuple, Optional, TextIO
+from typing import Dict, List, NamedTuple, Optional, TextIO, Tuple
 
 from .. import support
 from . import launch, port, scan, source
 from . import progress as progress_
 
 CHANGE_COLUMNS = ["File", "Start Line", "End Line", "Operation", "Message"]
+LEFT_CAP = 40  # lines of what is left for a person printed under the summary; the CSV holds the rest
+GROUP_PLACES = 4  # places shown on the line of a reason shared by several uses
 UNSUPPORTED_COLUMNS = ["File", "Start Line", "End Line", "API", "Message"]
 
 
@@ -45,6 +47,7 @@ class Outcome(NamedTuple):
     unsafe_skipped: int
     unsupported: List[list]  # rows of unsupported_api.csv
     launcher: Optional[str]  # the launch script written, if any
+    reports: Optional[str] = None  # the folder of unsupported_api.csv (None with --diff: nothing written)
 
     def summary(self) -> str:
         text = (f"Transformed {len(self.transformed)} / Skipped {len(self.skipped)} / "
@@ -54,11 +57,27 @@ class Outcome(NamedTuple):
             text += f"; {self.unsafe_skipped} more with --unsafe"
         return text
 
-    def left(self) -> List[str]:
-        """One line per use left for a person, ``file:line: API: why and what to write instead`` (the rows
-        of unsupported_api.csv), for the terminal: port prints them under its summary, --diff too."""
-        return [f"{file}:{start}: " + (message if message.startswith(api) else f"{api}: {message}")
-                for file, start, _, api, message in self.unsupported]
+    def left(self, cap: int = LEFT_CAP) -> List[str]:
+        """What is left for a person, for the terminal (port prints it under its summary, --diff too): one
+        line per use, ``file:line: API: why and what to write instead`` (the rows of unsupported_api.csv);
+        uses left for one same reason grouped on one line with their places; past `cap` lines, a pointer to
+        the CSV that holds them all."""
+        groups: Dict[Tuple[str, str], List[str]] = {}
+        for file, start, _, api, message in self.unsupported:
+            groups.setdefault((api, message), []).append(f"{file}:{start}")
+        lines = []
+        for (api, message), places in groups.items():
+            what = message if message.startswith(api) else f"{api}: {message}"
+            if len(places) == 1:
+                lines.append(f"{places[0]}: {what}")
+            else:
+                shown = ", ".join(places[:GROUP_PLACES]) + (", ..." if len(places) > GROUP_PLACES else "")
+                lines.append(f"{len(places)} places ({shown}): {what}")
+        if len(lines) > cap:
+            where = os.path.join(self.reports, "unsupported_api.csv") if self.reports is not None else \
+                "unsupported_api.csv (written without --diff)"
+            lines = lines[:cap] + [f"... and {len(lines) - cap} more; every one, with its line and why: {where}"]
+        return lines
 
 
 class _Task(NamedTuple):
@@ -176,7 +195,8 @@ def run(paths: List[str], profile: str, out: Optional[str] = None, diff: Optiona
         main_rel = os.path.relpath(where, folder).replace(os.sep, "/")
         _write(launcher, launch.render(profile, main_rel, text), "utf-8")
         os.chmod(launcher, 0o755)
-    outcome = Outcome(transformed, skipped, failed, changes, unsafe_skipped, unsupported, launcher)
+    outcome = Outcome(transformed, skipped, failed, changes, unsafe_skipped, unsupported, launcher,
+                      None if diff is not None else folder)
     if diff is None:
         write_csv(os.path.join(folder, "change_list.csv"), CHANGE_COLUMNS, [list(c)[:5] for c in changes])
         write_csv(os.path.join(folder, "unsupported_api.csv"), UNSUPPORTED_COLUMNS, unsupported)
