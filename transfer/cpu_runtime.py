@@ -533,10 +533,6 @@ def _cuda_getDevice() -> int:
     return current_device()
 
 
-def _cuda_getDeviceCount() -> int:
-    return device_count()
-
-
 def _cuda_cudaCachingAllocator_is_enabled() -> bool:
     return True  # CUDA's default: tests that need the caching allocator run (memory_allocated() is 0)
 
@@ -544,7 +540,8 @@ def _cuda_cudaCachingAllocator_is_enabled() -> bool:
 PRIVATE_ENTRY_POINTS = {
     "_cuda_setStream": _cuda_setStream, "_cuda_getCurrentStream": _cuda_getCurrentStream,
     "_cuda_setDevice": _cuda_setDevice, "_cuda_getDevice": _cuda_getDevice,
-    "_cuda_getDeviceCount": _cuda_getDeviceCount,
+    # not _cuda_getDeviceCount: torch.cuda._is_compiled() is hasattr(torch._C, "_cuda_getDeviceCount"), and
+    # torch's dynamo then imports the CUDA build's other entry points (_cuda_getCurrentRawStream, ...)
     "_cuda_cudaCachingAllocator_is_enabled": _cuda_cudaCachingAllocator_is_enabled,
     # cuBLAS workspaces: none to free or resize
     "_cuda_clearCublasWorkspaces": _noop, "_cuda_resetCublasWorkspaceSize": _noop,
