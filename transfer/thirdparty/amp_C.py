@@ -11,6 +11,7 @@ is set; adam and lamb ignore it, as apex's kernels do. The math is in
 transfer/thirdparty/_multi_tensor.py (float32, as the kernels compute).
 """
 
+from transfer.thirdparty._missing import missing
 from typing import List, Optional
 
 import torch as _torch
@@ -88,12 +89,7 @@ def multi_tensor_lamb(chunk_size: int, noop_flag, tensor_lists, lr: float, beta1
              bool(use_nvlamb_python))
 
 
-def __getattr__(name: str):
+def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise AttributeError(
-        f"module 'amp_C' has no attribute {name!r}: transfer's amp_C (apex's CUDA kernels cannot run on this "
-        f"target) provides {', '.join(_PROVIDED)}. See the README's 'CUDA-only packages'.")
-
-
-__all__: List[str] = list(_PROVIDED)
+    raise missing('amp_C', name, _PROVIDED, 'apex')

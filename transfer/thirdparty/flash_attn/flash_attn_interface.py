@@ -17,11 +17,37 @@ each deliberate:
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional, Union
 
 import torch
 
 from transfer.thirdparty import _attention as _impl
+
+#: upstream: FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE selects its Triton kernels for AMD GPUs; nothing here uses either
+USE_TRITON_ROCM = os.getenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "FALSE") == "TRUE"
+
+
+def _get_block_size_n(device, head_dim, is_dropout, is_causal):
+    """The CUDA kernel's key block size for (device capability, head_dim): upstream's table, which its tests
+    use to decode the dropout mask returned with the attention probabilities."""
+    assert head_dim <= 256
+    major, minor = torch.cuda.get_device_capability(device)
+    is_sm8x = major == 8 and minor > 0  # sm86 and sm89, not sm80 (A100)
+    if head_dim <= 32:
+        return 128
+    if head_dim <= 64:
+        return 128 if not is_dropout else 64
+    if head_dim <= 96:
+        return 64
+    if head_dim <= 128:
+        if is_sm8x:
+            return 64 if (not is_dropout and is_causal) else 32
+        return 64 if not is_dropout else 32
+    if head_dim <= 160:
+        return 64 if is_sm8x else 32
+    return 64
+
 
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",

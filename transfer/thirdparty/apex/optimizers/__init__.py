@@ -6,6 +6,7 @@ float32. apex's FusedNovoGrad, FusedAdagrad and FusedMixedPrecisionLamb are
 not provided.
 """
 
+from transfer.thirdparty._missing import missing
 from .fused_adam import FusedAdam
 from .fused_lamb import FusedLAMB
 from .fused_sgd import FusedSGD
@@ -16,6 +17,4 @@ __all__ = ["FusedAdam", "FusedLAMB", "FusedSGD"]
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise AttributeError(f"module 'apex.optimizers' has no attribute {name!r}: transfer's apex provides "
-                         f"{', '.join(__all__)} (apex's CUDA kernels cannot run on this target). "
-                         "See the README's 'CUDA-only packages'.")
+    raise missing('apex.optimizers', name, __all__, 'apex')

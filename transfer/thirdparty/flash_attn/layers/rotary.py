@@ -12,7 +12,7 @@ from typing import Optional, Tuple, Union
 import torch
 
 __all__ = ["apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_qkv_", "apply_rotary_emb_kv_",
-           "RotaryEmbedding"]
+           "apply_rotary_emb_torch", "rotate_half", "RotaryEmbedding"]
 
 
 def _positions(x, seqlen_offsets, cu_seqlens, max_seqlen):
@@ -45,55 +45,121 @@ def _rotate(x, cos, sin, interleaved):
     return torch.cat((rotated.to(x.dtype), tail), dim=-1)
 
 
-def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets: Union[int, torch.Tensor] = 0,
-                     cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None):
-    """Rotary embedding of x; returns x rotated (x itself, changed, when inplace)."""
+def _rotated(x, cos, sin, interleaved, seqlen_offsets, cu_seqlens, max_seqlen, conjugate=False):
     rd = cos.shape[-1] * 2
     if rd > x.shape[-1]:
         raise AssertionError("rotary_dim must be <= headdim")
     pos = _positions(x, seqlen_offsets, cu_seqlens, max_seqlen)
-    out = _rotate(x, cos[pos], sin[pos], interleaved)
-    if inplace:
-        with torch.no_grad() if not x.requires_grad else _nothing():
+    sin = sin[pos]
+    return _rotate(x, cos[pos], -sin if conjugate else sin, interleaved)
+
+
+class _ApplyRotaryEmb(torch.autograd.Function):
+    """flash_attn's ApplyRotaryEmb: x rotated (in place when asked, also on a leaf that requires grad, as
+    the kernel writes in place); the gradient of x is the gradient rotated back; none for cos and sin."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen):
+        out = _rotated(x, cos, sin, interleaved, seqlen_offsets, cu_seqlens, max_seqlen)
+        if isinstance(seqlen_offsets, torch.Tensor):
+            ctx.save_for_backward(cos, sin, cu_seqlens, seqlen_offsets)
+            ctx.seqlen_offsets = None
+        else:
+            ctx.save_for_backward(cos, sin, cu_seqlens)
+            ctx.seqlen_offsets = seqlen_offsets
+        ctx.interleaved, ctx.inplace, ctx.max_seqlen = interleaved, inplace, max_seqlen
+        if inplace:
             x.copy_(out)
-        return x
-    return out
+            return x
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.seqlen_offsets is None:
+            cos, sin, cu_seqlens, offsets = ctx.saved_tensors
+        else:
+            (cos, sin, cu_seqlens), offsets = ctx.saved_tensors, ctx.seqlen_offsets
+        dx = _rotated(grad, cos, sin, ctx.interleaved, offsets, cu_seqlens, ctx.max_seqlen, conjugate=True)
+        return dx, None, None, None, None, None, None, None
 
 
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets: Union[int, torch.Tensor] = 0,
+                     cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None):
+    """Rotary embedding of x; returns x rotated (x itself, changed, when inplace)."""
+    return _ApplyRotaryEmb.apply(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen)
 
 
 apply_rotary_emb_func = apply_rotary_emb
+
+
+def rotate_half(x, interleaved=False):
+    if not interleaved:
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def apply_rotary_emb_torch(x, cos, sin, interleaved=False):
+    """flash_attn's reference: x (batch, seqlen, nheads, headdim); cos, sin (seqlen, rotary_dim / 2) or
+    (batch, seqlen, rotary_dim / 2); computed in x's dtype, as upstream's."""
+    ro_dim = cos.shape[-1] * 2
+    assert ro_dim <= x.shape[-1]
+    if interleaved:
+        cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+    else:
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    return torch.cat([x[..., :ro_dim] * cos + rotate_half(x[..., :ro_dim], interleaved) * sin, x[..., ro_dim:]],
+                     dim=-1)
+
+
+class _ApplyRotaryEmbQKV(torch.autograd.Function):
+    """flash_attn's ApplyRotaryEmbQKV_ / ApplyRotaryEmbKV_: q and k rotated in place inside qkv (or k inside kv)."""
+
+    @staticmethod
+    def forward(ctx, qkv, cos, sin, cos_k, sin_k, interleaved, seqlen_offsets, num_heads_q, kv_only):
+        cos_k = cos if cos_k is None else cos_k
+        sin_k = sin if sin_k is None else sin_k
+        parts = _qk(qkv, num_heads_q, kv_only)
+        for part, (c, s) in zip(parts, [(cos_k, sin_k)] if kv_only else [(cos, sin), (cos_k, sin_k)]):
+            part.copy_(_rotated(part, c, s, interleaved, seqlen_offsets, None, None))
+        ctx.save_for_backward(cos, sin, cos_k, sin_k)
+        ctx.args = (interleaved, seqlen_offsets, num_heads_q, kv_only)
+        return qkv
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin, cos_k, sin_k = ctx.saved_tensors
+        interleaved, offsets, num_heads_q, kv_only = ctx.args
+        grad = grad.clone()
+        parts = _qk(grad, num_heads_q, kv_only)
+        for part, (c, s) in zip(parts, [(cos_k, sin_k)] if kv_only else [(cos, sin), (cos_k, sin_k)]):
+            part.copy_(_rotated(part, c, s, interleaved, offsets, None, None, conjugate=True))
+        return grad, None, None, None, None, None, None, None, None
+
+
+def _qk(qkv, num_heads_q, kv_only):
+    if kv_only:
+        return [qkv[:, :, 0]]
+    if qkv.dim() == 5:
+        return [qkv[:, :, 0], qkv[:, :, 1]]
+    if num_heads_q is None:
+        raise AssertionError("num_heads_q must be given for a (batch, seqlen, heads, headdim) qkv")
+    heads_k = (qkv.shape[2] - num_heads_q) // 2
+    return [qkv[:, :, :num_heads_q], qkv[:, :, num_heads_q:num_heads_q + heads_k]]
 
 
 def apply_rotary_emb_qkv_(qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False,
                           seqlen_offsets: Union[int, torch.Tensor] = 0, num_heads_q: Optional[int] = None):
     """qkv (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, nheads_q + 2 * nheads_k, headdim)
     with num_heads_q: q and k rotated in place (k with cos_k/sin_k when given)."""
-    cos_k = cos if cos_k is None else cos_k
-    sin_k = sin if sin_k is None else sin_k
-    if qkv.dim() == 5:
-        q, k = qkv[:, :, 0], qkv[:, :, 1]
-    else:
-        if num_heads_q is None:
-            raise AssertionError("num_heads_q must be given for a (batch, seqlen, heads, headdim) qkv")
-        heads_k = (qkv.shape[2] - num_heads_q) // 2
-        q, k = qkv[:, :, :num_heads_q], qkv[:, :, num_heads_q:num_heads_q + heads_k]
-    q.copy_(apply_rotary_emb(q, cos, sin, interleaved, seqlen_offsets=seqlen_offsets))
-    k.copy_(apply_rotary_emb(k, cos_k, sin_k, interleaved, seqlen_offsets=seqlen_offsets))
-    return qkv
+    return _ApplyRotaryEmbQKV.apply(qkv, cos, sin, cos_k, sin_k, interleaved, seqlen_offsets, num_heads_q, False)
 
 
 def apply_rotary_emb_kv_(kv, cos, sin, interleaved=False, seqlen_offsets: Union[int, torch.Tensor] = 0):
     """kv (batch, seqlen, 2, nheads, headdim): k rotated in place."""
-    k = kv[:, :, 0]
-    k.copy_(apply_rotary_emb(k, cos, sin, interleaved, seqlen_offsets=seqlen_offsets))
-    return kv
+    return _ApplyRotaryEmbQKV.apply(kv, cos, sin, None, None, interleaved, seqlen_offsets, None, True)
 
 
 class RotaryEmbedding(torch.nn.Module):

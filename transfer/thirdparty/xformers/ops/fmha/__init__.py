@@ -3,10 +3,12 @@
 ``memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,
 output_dtype=None)``: tensors [B, M, H, K] (also [B, M, K], and [B, M, G, H, K] for grouped
 heads); scale defaults to 1/sqrt(K); ``p`` is dropout; ``attn_bias`` a tensor broadcastable to
-[B, H, Mq, Mk] or one of `attn_bias`'s classes. ``op`` chooses a CUDA kernel: accepted and
-ignored (every op computes the same attention). A bias type not listed raises TypeError.
+[B, H, Mq, Mk] or one of `attn_bias`'s classes. ``op`` chooses a CUDA kernel: xformers' operator classes (``cutlass.FwOp``, the
+``MemoryEfficientAttention*Op`` pairs, fmha/common.py) are accepted and every one computes the same
+attention. A bias type not listed raises TypeError.
 """
 
+from transfer.thirdparty._missing import missing
 import torch
 
 from transfer.thirdparty import _attention as _impl
@@ -22,7 +24,17 @@ from xformers.ops.fmha.attn_bias import (  # noqa: F401
     LowerTriangularFromBottomRightMask,
     LowerTriangularMask,
     LowerTriangularMaskWithTensorBias,
+    LocalAttentionFromBottomRightMask,
 )
+from xformers.ops.fmha import ck, ck_decoder, ck_splitk, common, cutlass, flash, triton_splitk  # noqa: F401,E402
+from xformers.ops.fmha.common import AttentionBwOpBase, AttentionFwOpBase, AttentionOp, AttentionOpBase  # noqa
+
+MemoryEfficientAttentionCutlassOp = (cutlass.FwOp, cutlass.BwOp)
+MemoryEfficientAttentionCutlassFwdFlashBwOp = (cutlass.FwOp, flash.BwOp)
+MemoryEfficientAttentionFlashAttentionOp = (flash.FwOp, flash.BwOp)
+MemoryEfficientAttentionCkOp = (ck.FwOp, ck.BwOp)
+MemoryEfficientAttentionCkDecoderOp = (ck_decoder.FwOp, ck.BwOp)
+MemoryEfficientAttentionSplitKCkOp = (ck_splitk.FwOp, ck.BwOp)
 
 
 def _window(bias):
@@ -55,6 +67,9 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0
         out = _impl.varlen_attention(query[0], key[0], value[0], cu_q, cu_k, attn_bias.q_seqinfo.max_seqlen,
                                      attn_bias.k_seqinfo.max_seqlen, scale=scale, left=left, right=right,
                                      dropout_p=p, top_left=attn_bias._top_left)[0].unsqueeze(0).transpose(1, 2)
+    elif isinstance(attn_bias, LocalAttentionFromBottomRightMask):
+        out = _impl.attention(q, k, v, scale=scale, left=attn_bias.window_left, right=attn_bias.window_right,
+                              dropout_p=p, top_left=False)[0]
     elif isinstance(attn_bias, (LowerTriangularMask, LowerTriangularFromBottomRightMask)):
         left, right = _window(attn_bias)
         extra = attn_bias._bias if isinstance(attn_bias, LowerTriangularMaskWithTensorBias) else None
@@ -82,3 +97,12 @@ memory_efficient_attention_forward_requires_grad = memory_efficient_attention_fo
 def memory_efficient_attention_backward(*args, **kwargs):
     raise NotImplementedError("xformers.ops.memory_efficient_attention_backward is not provided by transfer: "
                               "call memory_efficient_attention and use autograd")
+
+
+_PROVIDED = sorted(n for n in dir() if not n.startswith('_') and n not in ('torch', 'missing'))
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise missing('xformers.ops.fmha', name, _PROVIDED, 'xformers')

@@ -87,6 +87,27 @@ class LowerTriangularFromBottomRightLocalAttentionMask(LowerTriangularFromBottom
         return _causal(shape, dtype, device, window_size=self._window, from_bottomright=True)
 
 
+class LocalAttentionFromBottomRightMask(AttentionBias):
+    """Query i sees key j when -window_left <= j - (nk - nq) - i <= window_right (bottom-right aligned)."""
+
+    def __init__(self, window_left: int, window_right: int):
+        if window_left < 0 or window_right < 0:
+            raise ValueError(f"Invalid window value passed to `LocalAttentionFromBottomRightMask`: expected "
+                             f"`window_left > 0` and `window_right > 0` but got window_left={window_left} and "
+                             f"window_right={window_right}")
+        self.window_left, self.window_right = window_left, window_right
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        nq, nk = shape[-2:]
+        i = torch.arange(nq, device=device).view(-1, 1)
+        j = torch.arange(nk, device=device).view(1, -1) - (nk - nq)
+        keep = ((j - i) >= -self.window_left) & ((j - i) <= self.window_right)
+        return torch.zeros(shape, dtype=dtype, device=device).masked_fill(~keep, float("-inf"))
+
+    def to(self, device):
+        return self
+
+
 class _SeqLenInfo:
     def __init__(self, seqstart: torch.Tensor, max_seqlen: int, min_seqlen: int, seqstart_py: List[int]):
         self.seqstart, self.max_seqlen, self.min_seqlen, self.seqstart_py = seqstart, max_seqlen, min_seqlen, seqstart_py
