@@ -515,7 +515,7 @@ PLACEHOLDERS = frozenset(
 # ---------------------------------------------------------------- torch._C's private CUDA entry points
 # torch's own CUDA test harness (torch/testing/_internal/common_utils.py: CudaNonDefaultStream,
 # CudaMemoryLeakCheck, setBlasBackendsToDefaultFinally) and code copied from it call these directly on
-# torch._C; a CPU build has none of them. patches/cuda_namespace.py installs them on the cpu target.
+# torch._C; a CPU build has none of them. patches/legacy_types.py installs them on the cpu target.
 
 def _cuda_setStream(stream_id: int = 0, device_index: int = 0, device_type: int = 1) -> None:
     """Make a stream current: every virtual device has one stream, so this selects nothing."""

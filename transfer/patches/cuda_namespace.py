@@ -79,9 +79,6 @@ def apply(ctx) -> None:
         ctx.registry.replace(f"cuda_namespace.{name}", cuda, name, impl)
     _patch_nvtx(ctx)
     _hide_cuda_toolkit(ctx)
-    if ctx.cpu is not None:
-        for name, impl in ctx.runtime.PRIVATE_ENTRY_POINTS.items():
-            ctx.registry.replace(f"cuda_namespace._C.{name}", torch._C, name, impl)
 
 
 def _hide_cuda_toolkit(ctx) -> None:

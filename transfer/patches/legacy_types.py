@@ -1,4 +1,5 @@
-"""The legacy CUDA tensor types: ``torch.cuda.FloatTensor`` & co., ``Tensor.type()``, ``torch.set_default_tensor_type``.
+"""The legacy CUDA tensor types (``torch.cuda.FloatTensor`` & co., ``Tensor.type()``,
+``torch.set_default_tensor_type``) and, on the cpu target, torch._C's private CUDA entry points.
 
 On CUDA each ``torch.cuda.<Scalar>Tensor`` is a ``torch.tensortype``: calling
 it makes a tensor on the current CUDA device (``FloatTensor(2, 3)``: sizes,
@@ -21,6 +22,10 @@ create float32 CUDA tensors. On a build without CUDA every one of those raises
 * ``torch.set_default_tensor_type`` with a ``torch.cuda`` floating type sets the
   default dtype and makes the target's device the default device (torch's
   ``set_default_device``); a host type afterwards undoes the device, as on CUDA.
+
+On the cpu target, ``torch._C._cuda_setStream`` and the other private entry points torch's own CUDA
+test harness calls (`transfer.cpu_runtime.PRIVATE_ENTRY_POINTS`) are installed on torch._C, which a
+CPU build lacks; never ``_cuda_getDeviceCount``, whose presence tells torch it is a CUDA build.
 
 ``torch.cuda.DoubleTensor`` creates float64 where the target computes it (the
 cpu target, the stand-ins); a vendor whose device has no float64 raises its own
@@ -119,6 +124,9 @@ def apply(ctx) -> None:
     reg.replace("legacy_types.type", torch.Tensor, "type", _type(ctx, torch.Tensor.type))
     reg.replace("legacy_types.set_default_tensor_type", torch, "set_default_tensor_type",
                 _set_default_tensor_type(ctx, torch.set_default_tensor_type))
+    if ctx.cpu is not None:
+        for name, impl in ctx.runtime.PRIVATE_ENTRY_POINTS.items():
+            reg.replace(f"legacy_types._C.{name}", torch._C, name, impl)
 
 
 def _cuda_dtype(spec: Any) -> Optional[torch.dtype]:

@@ -101,6 +101,19 @@ PACKAGES: Mapping[str, Package] = MappingProxyType({
         # apex's wheel also installs the extension module amp_C (a module, not a package: transfer/thirdparty/amp_C.py)
         Package("amp_C", "apex", APEX_VERSION, cuda_kernels_only, home="amp_C",
                 summary="apex's multi-tensor kernels (amp_C) on torch foreach ops, provided by transfer"),
+        # flash-attention's compiled extensions (csrc/), imported by name by its older layers and by trainers
+        Package("rotary_emb", "rotary_emb", "0.1", cuda_kernels_only, home="rotary_emb",
+                summary="flash-attention's rotary kernel (apply_rotary) in torch, provided by transfer"),
+        Package("xentropy_cuda_lib", "xentropy_cuda_lib", "", cuda_kernels_only,
+                refusal="xentropy_cuda_lib (flash-attention's compiled cross-entropy kernel) is not provided by "
+                        "transfer: its forward/backward entry points exist only as CUDA code. Use "
+                        "flash_attn.losses.cross_entropy.CrossEntropyLoss or torch.nn.CrossEntropyLoss, which "
+                        "compute the same loss on this target."),
+        Package("dropout_layer_norm", "dropout_layer_norm", "", cuda_kernels_only,
+                refusal="dropout_layer_norm (flash-attention's compiled fused dropout + residual + LayerNorm "
+                        "kernel) is not provided by transfer: its entry points exist only as CUDA code. Use "
+                        "flash_attn.ops.layer_norm / flash_attn.ops.rms_norm (dropout_add_layer_norm, "
+                        "DropoutAddLayerNorm, RMSNorm), which transfer provides."),
         Package("transformer_engine", "transformer-engine", "", cuda_kernels_only,
                 refusal="transformer_engine is not provided by transfer: its FP8 kernels and fused modules "
                         "(te.Linear, te.LayerNorm, te.fp8_autocast, ...) exist only for NVIDIA GPUs, and a "

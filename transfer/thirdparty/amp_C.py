@@ -19,7 +19,8 @@ import torch as _torch
 from transfer.thirdparty import _multi_tensor as _mt
 
 _PROVIDED = ("multi_tensor_scale", "multi_tensor_axpby", "multi_tensor_l2norm", "multi_tensor_l2norm_mp",
-             "multi_tensor_unscale_l2norm", "multi_tensor_adam", "multi_tensor_sgd", "multi_tensor_lamb")
+             "multi_tensor_unscale_l2norm", "multi_tensor_adam", "multi_tensor_sgd", "multi_tensor_lamb",
+             "update_scale_hysteresis")
 
 
 def multi_tensor_scale(chunk_size: int, noop_flag, tensor_lists, scale: float) -> None:
@@ -87,6 +88,33 @@ def multi_tensor_lamb(chunk_size: int, noop_flag, tensor_lists, lr: float, beta1
     _mt.lamb(g, p, m, v, float(lr), float(beta1), float(beta2), float(epsilon), int(step), int(bias_correction),
              float(weight_decay), int(grad_averaging), int(mode), global_grad_norm, float(max_grad_norm),
              bool(use_nvlamb_python))
+
+
+def update_scale_hysteresis(current_scale, growth_tracker, hysteresis_tracker, found_inf, growth_factor: float,
+                            backoff_factor: float, growth_interval: int, hysteresis: int):
+    """apex's csrc/update_scale_hysteresis.cu (Megatron's loss scaler), on one-element tensors, in place:
+    an overflow first spends the hysteresis (growth tracker reset); once spent the scale backs off; a
+    clean step grows the tracker and the scale every `growth_interval` steps (not to inf) and refills
+    the hysteresis. Returns current_scale."""
+    found = float(found_inf.reshape(()).item()) > 0
+    if found:
+        hysteresis_tracker.sub_(1)
+        if int(hysteresis_tracker.reshape(()).item()) > 0:
+            growth_tracker.zero_()
+            return current_scale
+        current_scale.mul_(backoff_factor)
+        growth_tracker.zero_()
+        return current_scale
+    successful = int(growth_tracker.reshape(()).item()) + 1
+    if successful == growth_interval:
+        grown = current_scale * growth_factor
+        if bool(_torch.isfinite(grown).all()):
+            current_scale.copy_(grown)
+        growth_tracker.zero_()
+    else:
+        growth_tracker.fill_(successful)
+    hysteresis_tracker.fill_(hysteresis)
+    return current_scale
 
 
 def __getattr__(name):

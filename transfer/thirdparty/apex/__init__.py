@@ -4,9 +4,11 @@ Loaded under the public name ``apex`` where apex's CUDA kernels cannot run:
 ``apex.amp`` (on torch.amp), ``apex.optimizers`` (FusedAdam, FusedLAMB,
 FusedSGD), ``apex.normalization`` (FusedLayerNorm, FusedRMSNorm and the
 Mixed variants), ``apex.parallel`` (DistributedDataParallel, SyncBatchNorm,
-convert_syncbn_model) and ``apex.multi_tensor_apply`` over transfer's
-``amp_C``. Other apex modules (contrib, transformer, fp16_utils, mlp, ...)
-are not provided: importing them raises ModuleNotFoundError naming these.
+convert_syncbn_model, LARC), ``apex.multi_tensor_apply`` over transfer's
+``amp_C``, ``apex.mlp`` (MLP), ``apex.fp16_utils`` (the parameter helpers) and
+``apex.contrib.clip_grad``. Other apex modules (transformer, the other contrib
+packages, ...) are not provided: importing them raises ModuleNotFoundError
+naming these.
 """
 
 import torch

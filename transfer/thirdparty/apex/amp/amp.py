@@ -92,3 +92,13 @@ def _apply_registrations(device_type, half):
         setattr(module, name, _wrap(getattr(module, name), kind))
     del _registrations[:]
 
+
+
+def init(enabled=True, loss_scale="dynamic", enable_caching=True, verbose=False, allow_banned=False):
+    """apex's old handle API: O1's casts for the whole process (``handle._deactivate()`` ends them) and a
+    handle whose ``scale_loss(loss, optimizer)`` scales the loss (`AmpHandle`); ``enabled=False``: `NoOpHandle`."""
+    from .handle import AmpHandle, NoOpHandle
+
+    if not enabled:
+        return NoOpHandle()
+    return AmpHandle(loss_scale, enable_caching, verbose)

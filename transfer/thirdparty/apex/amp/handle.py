@@ -70,3 +70,125 @@ def disable_casts():
     """O1's casts off inside the block."""
     with torch.autocast(device_type=getattr(_amp_state, "device_type", "cpu"), enabled=False):
         yield
+
+
+class AmpHandle(object):
+    """apex's old handle API (``handle = amp.init()``): O1's casts on for the whole process until
+    ``_deactivate()`` (one ``torch.autocast`` region of the target's device type), and loss scaling with
+    ``handle.scale_loss(loss, optimizer)`` / ``handle.wrap_optimizer(optimizer)`` (apex's LossScaler rule)."""
+
+    def __init__(self, loss_scale="dynamic", enable_caching=True, verbose=False):
+        from transfer.thirdparty import _mixed
+        from .scaler import LossScaler
+
+        self._enable_caching = enable_caching
+        self._verbose = verbose
+        self._cache = dict()
+        self._default_scaler = LossScaler(loss_scale)
+        self._is_active = True
+        self._all_wrappers = []
+        device_type = torch.zeros(0, device="cuda").device.type
+        self._autocast = torch.autocast(device_type=device_type, dtype=_mixed.half_dtype(device_type),
+                                        cache_enabled=enable_caching)
+        self._autocast.__enter__()
+
+    def is_active(self):
+        return self._is_active
+
+    @contextlib.contextmanager
+    def _disable_casts(self):
+        with torch.autocast(device_type=self._autocast.device, enabled=False):
+            yield
+
+    def wrap_optimizer(self, optimizer, num_loss=1):
+        from .opt import OptimWrapper
+
+        self._default_scaler = None
+        return OptimWrapper(optimizer, self, num_loss)
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss, optimizer):
+        if not self.is_active():
+            yield loss
+            return
+        if self._default_scaler is None:
+            raise RuntimeError("After calling `handle.wrap_optimizer()`, you must explicitly use "
+                               "`optimizer.scale_loss(loss)`.")
+        loss_scale = self._default_scaler.loss_scale()
+        yield loss * loss_scale
+        should_skip = _unscale_and_update(self._default_scaler, optimizer)
+        if should_skip:
+            optimizer_step = optimizer.step
+
+            def skip_step():
+                maybe_print("Gradient overflow, skipping update")
+                optimizer.step = optimizer_step
+
+            optimizer.step = skip_step
+        self._clear_cache()
+
+    def _clear_cache(self):
+        self._cache.clear()
+
+    def _deactivate(self):
+        if self._is_active:
+            self._autocast.__exit__(None, None, None)
+            self._is_active = False
+
+    @property
+    def has_cache(self):
+        return self._enable_caching
+
+    @property
+    def cache(self):
+        return self._cache
+
+    def remove_cache(self, param):
+        if self.has_cache and param in self.cache:
+            del self.cache[param]
+
+    @property
+    def verbose(self):
+        return self._verbose
+
+
+class NoOpHandle(object):
+    """``amp.init(enabled=False)``: nothing cast, nothing scaled."""
+
+    def is_active(self):
+        return False
+
+    @contextlib.contextmanager
+    def _disable_casts(self):
+        yield
+
+    def wrap_optimizer(self, optimizer, num_loss=1):
+        from .opt import OptimWrapper
+
+        return OptimWrapper(optimizer, self, num_loss)
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss, optimizer):
+        yield loss
+
+    @property
+    def has_cache(self):
+        return False
+
+    @property
+    def verbose(self):
+        return False
+
+    def _clear_cache(self):
+        pass
+
+    def _deactivate(self):
+        pass
+
+
+def _unscale_and_update(scaler, optimizer):
+    """The gradients divided by the scale in place; True when they held inf/nan (dynamic: skip the step)."""
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    scaler.clear_overflow_state()
+    scaler.unscale(grads, grads, scaler.loss_scale(), models_are_masters=True)
+    return scaler.update_scale()

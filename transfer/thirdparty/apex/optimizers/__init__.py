@@ -2,16 +2,17 @@
 
 The updates run as torch foreach ops (transfer/thirdparty/_multi_tensor.py), or
 torch's fused Adam(W) kernel where the target has one and the parameters are
-float32. apex's FusedNovoGrad, FusedAdagrad and FusedMixedPrecisionLamb are
-not provided.
+float32; FusedAdagrad likewise. apex's FusedNovoGrad and FusedMixedPrecisionLamb are
+not provided: importing them raises ImportError naming what is.
 """
 
 from transfer.thirdparty._missing import missing
+from .fused_adagrad import FusedAdagrad
 from .fused_adam import FusedAdam
 from .fused_lamb import FusedLAMB
 from .fused_sgd import FusedSGD
 
-__all__ = ["FusedAdam", "FusedLAMB", "FusedSGD"]
+__all__ = ["FusedAdagrad", "FusedAdam", "FusedLAMB", "FusedSGD"]
 
 
 def __getattr__(name):

@@ -2,7 +2,7 @@
 
 See distributed.py and sync_batchnorm.py for which of apex's arguments are
 honoured. ``convert_syncbn_model`` and ``create_syncbn_process_group`` behave
-as apex's.
+as apex's; ``LARC`` is apex's (LARC.py).
 """
 
 import torch
@@ -11,9 +11,10 @@ ReduceOp = torch.distributed.ReduceOp
 
 from .distributed import DistributedDataParallel, Reducer  # noqa: E402
 from .sync_batchnorm import SyncBatchNorm  # noqa: E402
+from .LARC import LARC  # noqa: E402
 
 __all__ = ["DistributedDataParallel", "Reducer", "SyncBatchNorm", "convert_syncbn_model",
-           "create_syncbn_process_group", "ReduceOp"]
+           "create_syncbn_process_group", "ReduceOp", "LARC"]
 
 
 def convert_syncbn_model(module, process_group=None, channel_last=False):
