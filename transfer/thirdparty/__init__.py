@@ -101,6 +101,8 @@ PACKAGES: Mapping[str, Package] = MappingProxyType({
         # apex's wheel also installs the extension module amp_C (a module, not a package: transfer/thirdparty/amp_C.py)
         Package("amp_C", "apex", APEX_VERSION, cuda_kernels_only, home="amp_C",
                 summary="apex's multi-tensor kernels (amp_C) on torch foreach ops, provided by transfer"),
+        Package("pynvml", "nvidia-ml-py", "13.615.71", cuda_kernels_only, home="pynvml",
+                summary="NVML's queries (pynvml) answered for the target's devices, provided by transfer"),
         # flash-attention's compiled extensions (csrc/), imported by name by its older layers and by trainers
         Package("rotary_emb", "rotary_emb", "0.1", cuda_kernels_only, home="rotary_emb",
                 summary="flash-attention's rotary kernel (apply_rotary) in torch, provided by transfer"),
