@@ -177,3 +177,34 @@ def test_apex_amp_init_handle(dropins, monkeypatch):
         handle._deactivate()
     assert lin(torch.randn(2, 4, device="cuda")).dtype == torch.float32
     assert not amp.init(enabled=False).is_active()
+
+
+def test_flash_attn_cross_entropy_and_fused_dense(dropins):
+    """flash_attn's CrossEntropyLoss: the kernel's formula (smoothing over all classes, ignore_index rows 0,
+    mean over the rows kept, z-loss lse_square_scale * lse^2); fused_dense: linear / act(linear) / linear."""
+    import torch.nn.functional as F
+    from flash_attn.losses.cross_entropy import CrossEntropyLoss
+    from flash_attn.ops.fused_dense import FusedDense, FusedMLP
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 10, dtype=torch.float64)
+    labels = torch.tensor([1, 2, -100, 3, 9, 0])
+    loss = CrossEntropyLoss(label_smoothing=0.1)(logits, labels)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, F.cross_entropy(logits, labels, label_smoothing=0.1).float())
+    per_row, z = CrossEntropyLoss(reduction="none", lse_square_scale=1e-2, return_z_loss=True)(logits, labels)
+    lse = torch.logsumexp(logits, -1)
+    kept = labels != -100
+    expected = torch.where(kept, lse - logits.gather(1, labels.clamp(min=0)[:, None])[:, 0] + 1e-2 * lse**2, 0.0)
+    torch.testing.assert_close(per_row, expected.float())
+    torch.testing.assert_close(z, torch.where(kept, 1e-2 * lse**2, 0.0).float())
+    x = torch.randn(3, 4, dtype=torch.float64)
+    dense = FusedDense(4, 5, return_residual=True).double()
+    out, residual = dense(x)
+    assert residual is x
+    torch.testing.assert_close(out, x @ dense.weight.t() + dense.bias)
+    mlp = FusedMLP(4, 8, activation="sqrelu").double()
+    torch.testing.assert_close(mlp(x), F.linear(F.relu(F.linear(x, mlp.fc1.weight, mlp.fc1.bias)) ** 2,
+                                                mlp.fc2.weight, mlp.fc2.bias))
+    with pytest.raises(ModuleNotFoundError, match="torch.nn.MultiheadAttention"):
+        import flash_attn.modules.mha  # noqa: F401

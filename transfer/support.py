@@ -668,9 +668,13 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
      "layer_norm", {}),
     ("flash_attn.ops.triton.layer_norm", TRANSLATED, "torch ops", "layer_norm_fn, rms_norm_fn (residual, "
      "prenorm, dropout, residual_in_fp32), LayerNorm, RMSNorm", {}),
+    ("flash_attn.losses.cross_entropy", TRANSLATED, "torch ops", "CrossEntropyLoss / cross_entropy_loss with the "
+     "kernel's formula (label_smoothing, logit_scale, z-loss, ignore_index), float32; process_group raises", {}),
+    ("flash_attn.ops.fused_dense", TRANSLATED, "F.linear", "FusedDense, fused_dense_func, FusedMLP, fused_mlp_func "
+     "(gelu_approx, relu, sqrelu; return_residual); tensor parallelism raises", {}),
     ("flash_attn.*", UNSUPPORTED, "", "transfer's flash_attn provides the interface functions, bert_padding, "
-     "layers.rotary and the ops norms; other modules (models, modules, losses, fused_dense, ...) raise "
-     "ModuleNotFoundError naming what is provided", {}),
+     "layers.rotary, losses.cross_entropy, ops.fused_dense and the ops norms; other modules (models, modules, "
+     "...) raise ModuleNotFoundError naming what is provided and what to use instead", {}),
     ("xformers", TRANSLATED, "transfer's xformers",
      "transfer's xformers (transfer/thirdparty/xformers): the real package's CUDA kernels cannot run on {dev}", {}),
     ("xformers.ops.memory_efficient_attention", TRANSLATED, "scaled_dot_product_attention",

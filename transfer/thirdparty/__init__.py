@@ -208,11 +208,25 @@ def _called_by_import() -> bool:
     return False
 
 
+#: What the target offers instead of a module a drop-in does not provide (said in the import error).
+INSTEAD = {
+    "flash_attn.modules": "flash_attn.modules (MHA, Block, Mlp) is flash-attention's own model code: use "
+                          "torch.nn.MultiheadAttention, or your attention over flash_attn.flash_attn_func / "
+                          "flash_attn_varlen_func with flash_attn.layers.rotary.RotaryEmbedding (provided)",
+    "flash_attn.models": "flash_attn.models (GPT, Llama, BERT builders) is not provided: use the transformers "
+                         "models with attn_implementation='flash_attention_2' (served by flash_attn_func)",
+    "apex.transformer": "apex.transformer (Megatron's tensor parallelism) is not provided: use "
+                        "torch.distributed.tensor.parallel",
+}
+
+
 def _missing_message(package: Package, fullname: str) -> str:
     provided = sorted(_modules_of(package))
+    instead = next((f" {text}." for prefix, text in INSTEAD.items()
+                    if fullname == prefix or fullname.startswith(prefix + ".")), "")
     return (f"No module named {fullname!r}: transfer provides {package.name} {package.version} "
             f"(its CUDA kernels cannot run on this target) with the modules {', '.join(provided)}; "
-            f"{fullname} is not among them. See the README's 'CUDA-only packages'.")
+            f"{fullname} is not among them.{instead} See the README's 'CUDA-only packages'.")
 
 
 def _modules_of(package: Package) -> List[str]:
