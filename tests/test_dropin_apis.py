@@ -208,3 +208,39 @@ def test_flash_attn_cross_entropy_and_fused_dense(dropins):
                                                 mlp.fc2.weight, mlp.fc2.bias))
     with pytest.raises(ModuleNotFoundError, match="torch.nn.MultiheadAttention"):
         import flash_attn.modules.mha  # noqa: F401
+
+
+@pytest.mark.parametrize("options", [{}, {"use_flash_attn": True, "causal": True, "rotary_emb_dim": 8},
+                                     {"num_heads_kv": 2, "use_flash_attn": True, "rotary_emb_dim": 8},
+                                     {"cross_attn": True}])
+def test_flash_attn_mha(dropins, options):
+    """flash_attn.modules.mha.MHA against attention written out from its documented layout: Wqkv's output is
+    (3 | h + 2 h_kv, h, d), rotary on q and k (GPT-NeoX halves), softmax(q k^T / sqrt(d)) v, out_proj."""
+    from flash_attn.layers.rotary import apply_rotary_emb_torch
+    from flash_attn.modules.mha import MHA
+
+    torch.manual_seed(0)
+    mha = MHA(32, 4, **options).double()
+    x = torch.randn(2, 5, 32, dtype=torch.float64, requires_grad=True)
+    out = mha(x)
+    h, d, hk = 4, 8, mha.num_heads_kv
+    if options.get("cross_attn"):
+        q, kv = mha.Wq(x).view(2, 5, h, d), mha.Wkv(x).view(2, 5, 2, hk, d)
+    else:
+        qkv = mha.Wqkv(x)
+        q, kv = qkv[..., :h * d].view(2, 5, h, d), qkv[..., h * d:].view(2, 5, 2, hk, d)
+    k, v = kv[:, :, 0], kv[:, :, 1]
+    if options.get("rotary_emb_dim"):
+        t = torch.arange(5, dtype=torch.float64)
+        freqs = torch.outer(t, 1.0 / (10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)))
+        q, k = apply_rotary_emb_torch(q, freqs.cos(), freqs.sin()), apply_rotary_emb_torch(k, freqs.cos(), freqs.sin())
+    k, v = k.repeat_interleave(h // hk, 2), v.repeat_interleave(h // hk, 2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
+    if options.get("causal"):
+        scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    expected = mha.out_proj(torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(2, 5, 32))
+    torch.testing.assert_close(out, expected)
+    grad = torch.randn_like(out)
+    (got,) = torch.autograd.grad(out, x, grad)
+    (want,) = torch.autograd.grad(expected, x, grad)
+    torch.testing.assert_close(got, want)

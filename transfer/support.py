@@ -670,11 +670,14 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
      "prenorm, dropout, residual_in_fp32), LayerNorm, RMSNorm", {}),
     ("flash_attn.losses.cross_entropy", TRANSLATED, "torch ops", "CrossEntropyLoss / cross_entropy_loss with the "
      "kernel's formula (label_smoothing, logit_scale, z-loss, ignore_index), float32; process_group raises", {}),
+    ("flash_attn.modules.mha", TRANSLATED, "transfer's flash_attn functions", "MHA with flash-attention's "
+     "parameters (Wqkv / Wq+Wkv, out_proj, rotary_emb): MQA/GQA, rotary, causal, ALiBi, windows, key_padding_mask, "
+     "varlen cu_seqlens, return_residual; inference_params (KV cache) and dwconv raise", {}),
     ("flash_attn.ops.fused_dense", TRANSLATED, "F.linear", "FusedDense, fused_dense_func, FusedMLP, fused_mlp_func "
      "(gelu_approx, relu, sqrelu; return_residual); tensor parallelism raises", {}),
     ("flash_attn.*", UNSUPPORTED, "", "transfer's flash_attn provides the interface functions, bert_padding, "
-     "layers.rotary, losses.cross_entropy, ops.fused_dense and the ops norms; other modules (models, modules, "
-     "...) raise ModuleNotFoundError naming what is provided and what to use instead", {}),
+     "layers.rotary, losses.cross_entropy, modules.mha, ops.fused_dense and the ops norms; other modules (models, "
+     "modules.block, ...) raise ModuleNotFoundError naming what is provided and what to use instead", {}),
     ("xformers", TRANSLATED, "transfer's xformers",
      "transfer's xformers (transfer/thirdparty/xformers): the real package's CUDA kernels cannot run on {dev}", {}),
     ("xformers.ops.memory_efficient_attention", TRANSLATED, "scaled_dot_product_attention",

@@ -210,9 +210,8 @@ def _called_by_import() -> bool:
 
 #: What the target offers instead of a module a drop-in does not provide (said in the import error).
 INSTEAD = {
-    "flash_attn.modules": "flash_attn.modules (MHA, Block, Mlp) is flash-attention's own model code: use "
-                          "torch.nn.MultiheadAttention, or your attention over flash_attn.flash_attn_func / "
-                          "flash_attn_varlen_func with flash_attn.layers.rotary.RotaryEmbedding (provided)",
+    "flash_attn.modules": "of flash-attention's model code only flash_attn.modules.mha (MHA) is provided; for "
+                          "Block, Mlp, embeddings use torch.nn layers (torch.nn.MultiheadAttention, nn.Sequential)",
     "flash_attn.models": "flash_attn.models (GPT, Llama, BERT builders) is not provided: use the transformers "
                          "models with attn_implementation='flash_attention_2' (served by flash_attn_func)",
     "apex.transformer": "apex.transformer (Megatron's tensor parallelism) is not provided: use "
