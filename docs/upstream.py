@@ -43,6 +43,7 @@ class Suite(NamedTuple):
     folder: str  # what `git archive` extracts
     sample: int = 0  # >0: a seeded sample of that many collected tests
     deselect: str = ""  # a pytest -k expression of tests left out (the doc says why)
+    path: Tuple[str, ...] = ()  # folders of the tests put on sys.path, as the project's own runner does
 
 
 SUITES = (
@@ -51,13 +52,15 @@ SUITES = (
     Suite("flash-attention-rotary", "Dao-AILab/flash-attention", "5231d95fe13733fb534c01895f7ea88c6a6c7793",
           ("tests/layers/test_rotary.py",), "tests"),
     Suite("apex", "NVIDIA/apex", "6424da3b4faa6c8f062da4a48c424fff3f02d42d",
-          ("tests/L0/run_optimizers", "tests/L0/run_fused_layer_norm"), "tests/L0"),
+          ("tests/L0/run_optimizers", "tests/L0/run_fused_layer_norm"), "tests/L0",
+          path=("tests/L0/run_optimizers",)),  # apex's run_test.py runs each folder: its tests import siblings
     Suite("xformers", "facebookresearch/xformers", "0b3963adc401d4e22b37515c35b0730d0623c9c5",  # v0.0.29.post3
           ("tests/test_mem_eff_attention.py",), "tests"),
 )
 
 #: What the suites import besides torch and the drop-ins.
-REQUIREMENTS = ("pytest", "einops", "transformers", "scipy", "expecttest", "hypothesis")
+REQUIREMENTS = ("pytest", "einops", "scipy", "expecttest", "hypothesis",
+                "transformers==4.26.1")  # flash-attention's rotary tests import GPT-NeoX / GPT-J helpers removed since
 
 
 def checkout_of(directory: str, suite: Suite) -> str:
@@ -65,8 +68,14 @@ def checkout_of(directory: str, suite: Suite) -> str:
 
 
 def run(directory: str, python: str) -> None:
+    """UPSTREAM_ONLY=name,name runs those suites alone; UPSTREAM_SAMPLE_SIZE=N overrides the sample sizes."""
     os.makedirs(JUNIT, exist_ok=True)
+    only = [name for name in os.environ.get("UPSTREAM_ONLY", "").split(",") if name]
     for suite in SUITES:
+        if only and suite.name not in only:
+            continue
+        if suite.sample and os.environ.get("UPSTREAM_SAMPLE_SIZE"):
+            suite = suite._replace(sample=int(os.environ["UPSTREAM_SAMPLE_SIZE"]))
         repo = checkout_of(directory, suite)
         tree = os.path.join(WORK, suite.name)
         subprocess.run(["rm", "-rf", tree], check=True)
@@ -78,11 +87,14 @@ def run(directory: str, python: str) -> None:
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
         env = {**os.environ, "TRANSFER_DEVICE": "cpu", "TRANSFER_QUIET": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
+                                                           *(os.path.join(tree, p) for p in suite.path),
                                                            os.environ.get("PYTHONPATH")])),
                "UPSTREAM_SAMPLE": str(suite.sample), "UPSTREAM_SEED": "0"}
+        with open(os.path.join(JUNIT, suite.name + ".sample"), "w") as fh:
+            fh.write(str(suite.sample))
         args = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "upstream",
                 f"--junitxml={os.path.join(JUNIT, suite.name + '.xml')}", "-o", "junit_family=xunit1",
-                "-rfEs", *(["-k", suite.deselect] if suite.deselect else []), *suite.tests]
+                "-rfEs", "--continue-on-collection-errors", *(["-k", suite.deselect] if suite.deselect else []), *suite.tests]
         print(f"== {suite.name} @ {suite.commit[:10]}: {' '.join(args[3:])}", flush=True)
         subprocess.run(args, cwd=tree, env=env, preexec_fn=_memory_cap)  # failures are the result, not an error
 
@@ -130,7 +142,8 @@ def table() -> str:
     lines = ["| suite | commit | tests | passed | failed | errors | skipped |", "|---|---|---|---|---|---|---|"]
     for suite in SUITES:
         c = counts(os.path.join(JUNIT, suite.name + ".xml"))
-        sample = f" (seeded sample of {suite.sample}; `-k \"{suite.deselect}\"`)" if suite.sample else ""
+        size = open(os.path.join(JUNIT, suite.name + ".sample")).read() if suite.sample else ""
+        sample = f" (seeded sample of {size}; `-k \"{suite.deselect}\"`)" if suite.sample else ""
         lines.append(f"| {suite.name} | {suite.repository}@{suite.commit[:10]} | {', '.join(suite.tests)}{sample} "
                      f"| {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |")
     return "\n".join(lines)
