@@ -207,7 +207,7 @@ def test_flash_attn_cross_entropy_and_fused_dense(dropins):
     torch.testing.assert_close(mlp(x), F.linear(F.relu(F.linear(x, mlp.fc1.weight, mlp.fc1.bias)) ** 2,
                                                 mlp.fc2.weight, mlp.fc2.bias))
     with pytest.raises(ModuleNotFoundError, match="torch.nn.MultiheadAttention"):
-        import flash_attn.modules.mha  # noqa: F401
+        import flash_attn.modules.block  # noqa: F401
 
 
 @pytest.mark.parametrize("options", [{}, {"use_flash_attn": True, "causal": True, "rotary_emb_dim": 8},

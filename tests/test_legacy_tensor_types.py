@@ -91,12 +91,14 @@ def test_torch_test_harness_private_entry_points(cpu_target):
     assert torch._C._cuda_getDevice() == 1
     torch._C._cuda_setDevice(0)
     assert torch.cuda.current_device() == 0
-    assert not hasattr(torch._C, "_cuda_getDeviceCount")  # torch.cuda._is_compiled(): a CUDA build's other names
     torch._C._cuda_clearCublasWorkspaces()
     torch._C._cuda_resetCublasWorkspaceSize()
     assert torch._C._cuda_cudaCachingAllocator_is_enabled() is True
     stream = torch.cuda.Stream(device=1)
     assert (stream.stream_id, stream.device_index, stream.device_type) == (0, 1, 1)
+    present = hasattr(torch._C, "_cuda_getDeviceCount")  # torch.cuda._is_compiled(): a CUDA build's other names
+    cpu_target.uninstall()
+    assert hasattr(torch._C, "_cuda_getDeviceCount") == present  # never added by transfer
 
 
 STANDIN_SCRIPT = """
