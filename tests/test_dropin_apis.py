@@ -244,3 +244,20 @@ def test_flash_attn_mha(dropins, options):
     (got,) = torch.autograd.grad(out, x, grad)
     (want,) = torch.autograd.grad(expected, x, grad)
     torch.testing.assert_close(got, want)
+
+
+def test_kvcache_rotary_positions_count_the_left_padding(dropins):
+    """flash_attn_with_kvcache: the new keys are rotated at positions cache_seqlens, counted from the cache's
+    start with cache_leftpad included (flash-attention's kernel and its test_flash_attn_kvcache)."""
+    from flash_attn import flash_attn_with_kvcache
+    from flash_attn.layers.rotary import apply_rotary_emb_torch
+
+    torch.manual_seed(0)
+    k_cache, v_cache = torch.zeros(1, 16, 2, 8), torch.zeros(1, 16, 2, 8)
+    q, k, v = torch.randn(1, 1, 2, 8), torch.randn(1, 1, 2, 8), torch.randn(1, 1, 2, 8)
+    angle = torch.rand(16, 4) * 2 * math.pi
+    seqlens, leftpad = torch.tensor([6], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos=angle.cos(), rotary_sin=angle.sin(),
+                            cache_seqlens=seqlens, cache_leftpad=leftpad, rotary_interleaved=False)
+    expected = apply_rotary_emb_torch(k, angle.cos()[6:7], angle.sin()[6:7])
+    torch.testing.assert_close(k_cache[:, 6:7], expected)

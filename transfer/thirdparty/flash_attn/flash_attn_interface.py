@@ -158,7 +158,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None,
                             num_splits=0, return_softmax_lse=False):
     """Incremental decoding: k/v (if given) are written into k_cache/v_cache in place at
-    cache_seqlens (rotated by rotary_cos/sin at those positions), then q attends to each
+    cache_seqlens (rotated by rotary_cos/sin at those positions: cache_seqlens counts from the cache's
+    start, left padding included, as flash_attn's kernel and its tests have it), then q attends to each
     sequence's cache[leftpad : seqlen + new]. Inference only, as in flash_attn."""
     if block_table is not None:
         raise NotImplementedError("flash_attn_with_kvcache: a paged KV cache (block_table) is not provided by "
@@ -186,15 +187,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             kb, vb = k[b:b + 1], v[b:b + 1]
             if rotary_cos is not None:
                 kb = apply_rotary_emb(kb, rotary_cos, rotary_sin, interleaved=rotary_interleaved,
-                                      seqlen_offsets=length - pad)
+                                      seqlen_offsets=length)
             k_cache[slot, length:length + new] = kb[0]
             v_cache[slot, length:length + new] = vb[0]
         if rotary_cos is not None and k is not None:
             if local:
                 qb = apply_rotary_emb(qb, rotary_cos, rotary_sin, interleaved=rotary_interleaved,
-                                      seqlen_offsets=length - pad)
+                                      seqlen_offsets=length)
             else:  # every query token at position cache_seqlens
-                position = length - pad
+                position = length
                 cos = rotary_cos[position:position + 1].expand(seqlen_q, -1)
                 sin = rotary_sin[position:position + 1].expand(seqlen_q, -1)
                 qb = apply_rotary_emb(qb, cos, sin, interleaved=rotary_interleaved)
