@@ -181,7 +181,7 @@ def table(results: Dict[str, Any]) -> str:
         lines.extend(line(target, rec) for target, rec in calllog.items())
     thirdparty = results.get("thirdparty", {}).get("targets", {})
     if thirdparty:
-        from .thirdparty import line as thirdparty_line
+        from .dropins import line as thirdparty_line
 
         lines.append("")
         lines.append("7. Issue 15's replacements / their backend called directly (median [q1-q3]; goal 1.1x)")

@@ -145,7 +145,7 @@ def _apply(profile, registry, strict):
     from . import cpu_runtime, neighbours
     from .devices import Target
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
-    from .thirdparty import apply as provide_packages
+    from .dropins import apply as provide_packages
 
     if profile.is_cpu:
         from .patches.amp import cpu_amp_dtype
@@ -162,7 +162,7 @@ def _apply(profile, registry, strict):
     try:
         neighbours.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
-        provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
+        provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/dropins/)
         registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now
                                 f"for the {profile.name} target on torch {torch.__version__}")
         if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)

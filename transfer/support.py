@@ -380,7 +380,7 @@ OTHER_APIS: Tuple[_Row, ...] = (
 
 # ------------------------------------------------------------------ third-party packages
 #
-# CUDA-only packages served under their public names (transfer/thirdparty/,
+# CUDA-only packages served under their public names (transfer/dropins/,
 # whose PACKAGES table says which are provided and which refused). A row's API
 # is a dotted name; `thirdparty_api` maps a use in code to its row: the longest
 # row equal to the name or, for a module row, a prefix of it (`flash_attn.bert_padding`
@@ -397,10 +397,10 @@ _FA_VARLEN_SDPA = ("packed sequences through cu_seqlens: one SDPA call over a bl
                    "device (no host sync)")
 _FA_VARLEN_NPU = ("npu_fusion_attention TND with actual_seq_qlen/actual_seq_kvlen (cumulative lengths read on the "
                   "host: one sync per call, as the op requires)")
-_FA_PROVIDED = "transfer's flash_attn {fa} (transfer/thirdparty/flash_attn): the real package's CUDA kernels cannot run on {dev}"
+_FA_PROVIDED = "transfer's flash_attn {fa} (transfer/dropins/flash_attn): the real package's CUDA kernels cannot run on {dev}"
 FLASH_ATTN_VERSION = "2.7.4.post1"
 
-_APEX = "transfer's apex (transfer/thirdparty/apex): the real package's CUDA kernels cannot run on {dev}"
+_APEX = "transfer's apex (transfer/dropins/apex): the real package's CUDA kernels cannot run on {dev}"
 _HALF = "float16"
 _AMP_FNS = ("state_dict", "load_state_dict", "disable_casts", "half_function", "float_function", "promote_function",
             "register_half_function", "register_float_function", "register_promote_function")
@@ -488,7 +488,7 @@ _APEX_ROWS: Tuple[_Row, ...] = (
      "parallel (with LARC), multi_tensor_apply, mlp, fp16_utils and contrib.clip_grad; transformer, the other "
      "contrib packages, fused_dense, ... raise ModuleNotFoundError naming what is provided", {}),
     ("amp_C", TRANSLATED, "transfer's amp_C", "apex's multi-tensor kernels as torch foreach ops "
-     "(transfer/thirdparty/amp_C.py); chunk_size is ignored", {}),
+     "(transfer/dropins/amp_C.py); chunk_size is ignored", {}),
     *((f"amp_C.{name}", TRANSLATED, "torch foreach ops", why, {}) for name, why in _AMP_C.items()),
     ("amp_C.update_scale_hysteresis", TRANSLATED, "torch ops", "apex's kernel on the one-element tensors, in "
      "place (hysteresis, backoff, growth every growth_interval clean steps)", {}),
@@ -679,7 +679,7 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
      "layers.rotary, losses.cross_entropy, modules.mha, ops.fused_dense and the ops norms; other modules (models, "
      "modules.block, ...) raise ModuleNotFoundError naming what is provided and what to use instead", {}),
     ("xformers", TRANSLATED, "transfer's xformers",
-     "transfer's xformers (transfer/thirdparty/xformers): the real package's CUDA kernels cannot run on {dev}", {}),
+     "transfer's xformers (transfer/dropins/xformers): the real package's CUDA kernels cannot run on {dev}", {}),
     ("xformers.ops.memory_efficient_attention", TRANSLATED, "scaled_dot_product_attention",
      "[B, M, H, K] layout, scale, p (dropout), GQA via 5-D [B, M, G, H, K] inputs; attn_bias: a tensor, "
      "LowerTriangularMask (and FromBottomRight), LowerTriangularMaskWithTensorBias, BlockDiagonalMask "
@@ -699,7 +699,7 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
      "fmha, attn_bias, operator classes), SwiGLU, the indexing ops and unbind; other modules raise "
      "ModuleNotFoundError, other names ImportError, naming what is provided", {}),
     *_APEX_ROWS,
-    # Packages transfer does not serve (no transfer/thirdparty/ tree): what breaks, and what to use on the target.
+    # Packages transfer does not serve (no transfer/dropins/ tree): what breaks, and what to use on the target.
     ("bitsandbytes", UNSUPPORTED, "",
      "not provided by transfer: its 8-bit/4-bit layers and optimizers (bnb.nn.Linear8bitLt, Linear4bit, "
      "bnb.optim.AdamW8bit, ...) are CUDA C++ kernels; use torch.nn.Linear and torch.optim.AdamW (fused/foreach), or "
@@ -707,7 +707,7 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
     ("pynvml", TRANSLATED, "transfer's pynvml",
      "NVML's queries answered for {dev}: nvmlInit, device count, handles, names, memory info (mem_get_info), "
      "utilization where the target measures it, CPU affinity; other nvml* calls raise NVMLError_NotSupported "
-     "naming the call (transfer/thirdparty/pynvml.py)", {}),
+     "naming the call (transfer/dropins/pynvml.py)", {}),
     ("cupy", UNSUPPORTED, "",
      "not provided by transfer: CuPy arrays and RawKernels live in CUDA memory; use torch tensors on '{dev}' "
      "(torch covers most numpy/cupy array operations)", {}),

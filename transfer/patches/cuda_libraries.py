@@ -25,7 +25,7 @@ cudaPeekAtLastError
 anything else            `UnsupportedCudaAPI` naming the function (never a crash inside ctypes)
 =======================  ====================================================================
 
-Other libraries load as they do natively. NVML's Python module (pynvml) is served by the thirdparty area.
+Other libraries load as they do natively. NVML's Python module (pynvml) is served by transfer/dropins/ (switch: ``thirdparty.pynvml``).
 """
 
 from __future__ import annotations

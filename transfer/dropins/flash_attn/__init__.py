@@ -1,8 +1,8 @@
-"""flash_attn 2.x, provided by transfer (see transfer/thirdparty/__init__.py).
+"""flash_attn 2.x, provided by transfer (see transfer/dropins/__init__.py).
 
 Loaded under the public name ``flash_attn`` where the real package cannot run.
 The interface functions run on torch's scaled_dot_product_attention, or
-torch_npu.npu_fusion_attention on npu (transfer/thirdparty/_attention.py).
+torch_npu.npu_fusion_attention on npu (transfer/dropins/_attention.py).
 """
 
 __version__ = "2.7.4.post1"

@@ -1,6 +1,6 @@
 """apex's multi-tensor kernels (csrc/multi_tensor_*.cu) as torch foreach ops.
 
-Shared by ``amp_C`` (transfer/thirdparty/amp_C.py) and ``apex.optimizers``.
+Shared by ``amp_C`` (transfer/dropins/amp_C.py) and ``apex.optimizers``.
 Each function computes what the CUDA kernel computes, in float32 math
 (``MATH_T``) whatever the storage dtype, with the kernel's ``noop_flag``
 contract: the flag (an int tensor of one element) is set to 1 when an input

@@ -11,7 +11,7 @@ the master gradients' dtype).
 
 import torch
 
-from transfer.thirdparty import _multi_tensor as _mt
+from transfer.dropins import _multi_tensor as _mt
 
 
 class LossScaler(object):

@@ -7,7 +7,7 @@ scalers are not provided (importing them raises ImportError naming what is): ape
 GradScaler do their job.
 """
 
-from transfer.thirdparty._missing import missing
+from transfer.dropins._missing import missing
 
 from .fp16util import (  # noqa: F401
     BN_convert_float, FP16Model, clip_grad_norm, convert_module, convert_network, master_params_to_model_params,

@@ -21,7 +21,7 @@ from types import MethodType
 import numpy as np
 import torch
 
-from transfer.thirdparty import _mixed
+from transfer.dropins import _mixed
 
 from ._amp_state import _amp_state, warn_or_err
 from ._process_optimizer import _process_optimizer

@@ -1,4 +1,4 @@
-"""flash_attn.flash_attn_interface (2.7 API) on torch: see transfer/thirdparty/_attention.py.
+"""flash_attn.flash_attn_interface (2.7 API) on torch: see transfer/dropins/_attention.py.
 
 Same signatures, shapes and semantics as flash_attn 2.7.4's interface. Differences,
 each deliberate:
@@ -22,7 +22,7 @@ from typing import Optional, Union
 
 import torch
 
-from transfer.thirdparty import _attention as _impl
+from transfer.dropins import _attention as _impl
 
 #: upstream: FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE selects its Triton kernels for AMD GPUs; nothing here uses either
 USE_TRITON_ROCM = os.getenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "FALSE") == "TRUE"

@@ -78,7 +78,7 @@ class AmpHandle(object):
     ``handle.scale_loss(loss, optimizer)`` / ``handle.wrap_optimizer(optimizer)`` (apex's LossScaler rule)."""
 
     def __init__(self, loss_scale="dynamic", enable_caching=True, verbose=False):
-        from transfer.thirdparty import _mixed
+        from transfer.dropins import _mixed
         from .scaler import LossScaler
 
         self._enable_caching = enable_caching

@@ -1,7 +1,7 @@
 """xformers.ops, provided by transfer: memory_efficient_attention, its attention biases and operator classes,
 SwiGLU / swiglu, scaled_index_add and index_select_cat (what each computes: the modules' docstrings)."""
 
-from transfer.thirdparty._missing import missing
+from transfer.dropins._missing import missing
 import torch
 
 from xformers.ops.fmha import (  # noqa: F401

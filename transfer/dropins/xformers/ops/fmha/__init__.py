@@ -1,4 +1,4 @@
-"""xformers.ops.fmha (0.0.29 API) on SDPA (transfer/thirdparty/_attention.py).
+"""xformers.ops.fmha (0.0.29 API) on SDPA (transfer/dropins/_attention.py).
 
 ``memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,
 output_dtype=None)``: tensors [B, M, H, K] (also [B, M, K], and [B, M, G, H, K] for grouped
@@ -8,10 +8,10 @@ heads); scale defaults to 1/sqrt(K); ``p`` is dropout; ``attn_bias`` a tensor br
 attention. A bias type not listed raises TypeError.
 """
 
-from transfer.thirdparty._missing import missing
+from transfer.dropins._missing import missing
 import torch
 
-from transfer.thirdparty import _attention as _impl
+from transfer.dropins import _attention as _impl
 from xformers.ops.fmha import attn_bias  # noqa: F401
 from xformers.ops.fmha.attn_bias import (  # noqa: F401
     AttentionBias,

@@ -1,4 +1,4 @@
-"""NVIDIA apex, provided by transfer (see transfer/thirdparty/__init__.py).
+"""NVIDIA apex, provided by transfer (see transfer/dropins/__init__.py).
 
 Loaded under the public name ``apex`` where apex's CUDA kernels cannot run:
 ``apex.amp`` (on torch.amp), ``apex.optimizers`` (FusedAdam, FusedLAMB,

@@ -19,7 +19,7 @@ float32 parameters run torch's fused Adam(W) kernel where the target has one
 
 import torch
 
-from transfer.thirdparty import _multi_tensor as _mt
+from transfer.dropins import _multi_tensor as _mt
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 

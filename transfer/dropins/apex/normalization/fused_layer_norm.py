@@ -30,7 +30,7 @@ import torch
 from torch.nn import Parameter, init
 from torch.nn import functional as F
 
-from transfer.thirdparty import _mixed
+from transfer.dropins import _mixed
 
 __all__ = ["FusedLayerNorm", "FusedRMSNorm", "MixedFusedLayerNorm", "MixedFusedRMSNorm", "fused_layer_norm",
            "fused_layer_norm_affine", "mixed_dtype_fused_layer_norm_affine", "fused_rms_norm",

@@ -12,7 +12,7 @@ the fp16 model weights itself, as apex does.
 import torch
 from torch.optim.optimizer import Optimizer, required
 
-from transfer.thirdparty import _multi_tensor as _mt
+from transfer.dropins import _multi_tensor as _mt
 
 
 class FusedSGD(Optimizer):

@@ -14,7 +14,7 @@ max_grad_norm=1.0; amsgrad raises; bfloat16 parameters raise.
 
 import torch
 
-from transfer.thirdparty import _multi_tensor as _mt
+from transfer.dropins import _multi_tensor as _mt
 
 
 class FusedLAMB(torch.optim.Optimizer):

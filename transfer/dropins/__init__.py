@@ -1,4 +1,4 @@
-"""Third-party CUDA-only packages, provided under their public names.
+"""Drop-ins: transfer's own implementations of third-party CUDA-only packages, under their public names.
 
 Real training code imports ``flash_attn``, ``xformers``, ``apex``, ...: packages
 whose kernels are CUDA C++ and which are absent, or present but unable to run,
@@ -7,7 +7,7 @@ on the active target. While transfer is active, `apply` installs one
 ``transfer.uninstall()``) that serves each package of `PACKAGES`:
 
 * a *provided* package (``home`` set) is loaded from
-  ``transfer/thirdparty/<name>/`` (or the module ``transfer/thirdparty/<name>.py``
+  ``transfer/dropins/<name>/`` (or the module ``transfer/dropins/<name>.py``
   where the real one is a plain module: amp_C) UNDER ITS PUBLIC NAME: ``import flash_attn``
   gives a real package (``__name__``/``__spec__.name`` ``flash_attn``,
   ``__path__``, ``__file__``, ``__version__``), submodules resolve in that
@@ -39,7 +39,7 @@ torch (so before transfer installs): `ImportTrigger`, armed at start-up by
 transfer) and hands the import to the finder.
 
 Adding a package: a `Package` row here, its public module tree in
-``transfer/thirdparty/<name>/``, its rows in ``transfer/support.py``.
+``transfer/dropins/<name>/``, its rows in ``transfer/support.py``.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ PACKAGES: Mapping[str, Package] = MappingProxyType({
         Package("apex", "apex", APEX_VERSION, cuda_kernels_only, home="apex",
                 summary="NVIDIA apex's amp, optimizers (FusedAdam, FusedLAMB, FusedSGD), normalization, parallel "
                         "and multi_tensor_apply on torch (the target's fused optimizers), provided by transfer"),
-        # apex's wheel also installs the extension module amp_C (a module, not a package: transfer/thirdparty/amp_C.py)
+        # apex's wheel also installs the extension module amp_C (a module, not a package: transfer/dropins/amp_C.py)
         Package("amp_C", "apex", APEX_VERSION, cuda_kernels_only, home="amp_C",
                 summary="apex's multi-tensor kernels (amp_C) on torch foreach ops, provided by transfer"),
         Package("pynvml", "nvidia-ml-py", "13.615.71", cuda_kernels_only, home="pynvml",

@@ -1,22 +1,22 @@
 """amp_C, apex's multi-tensor extension module, provided by transfer.
 
 Loaded under the public name ``amp_C`` where apex's CUDA kernels cannot run
-(see transfer/thirdparty/__init__.py). Same signatures as apex's
+(see transfer/dropins/__init__.py). Same signatures as apex's
 ``csrc/amp_C_frontend.cpp``: ``op(chunk_size, noop_flag, tensor_lists, *args)``,
 called directly or through ``apex.multi_tensor_apply.multi_tensor_applier``.
 ``chunk_size`` only tiled the CUDA launch and is ignored. ``noop_flag`` (an
 int tensor of one element) is set to 1 when an input the kernel checks is not
 finite (scale, axpby, the l2norms), never reset; sgd skips its update when it
 is set; adam and lamb ignore it, as apex's kernels do. The math is in
-transfer/thirdparty/_multi_tensor.py (float32, as the kernels compute).
+transfer/dropins/_multi_tensor.py (float32, as the kernels compute).
 """
 
-from transfer.thirdparty._missing import missing
+from transfer.dropins._missing import missing
 from typing import List, Optional
 
 import torch as _torch
 
-from transfer.thirdparty import _multi_tensor as _mt
+from transfer.dropins import _multi_tensor as _mt
 
 _PROVIDED = ("multi_tensor_scale", "multi_tensor_axpby", "multi_tensor_l2norm", "multi_tensor_l2norm_mp",
              "multi_tensor_unscale_l2norm", "multi_tensor_adam", "multi_tensor_sgd", "multi_tensor_lamb",
