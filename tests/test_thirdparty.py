@@ -85,7 +85,7 @@ def test_a_module_we_do_not_provide_says_what_is_provided(served):
         import flash_attn.models.gpt  # noqa: F401
     assert "flash_attn.bert_padding" in str(info.value)
     with pytest.raises(ModuleNotFoundError, match="flash_attn.modules"):
-        importlib.import_module("flash_attn.modules.mha")
+        importlib.import_module("flash_attn.modules.block")
 
 
 def test_uninstall_removes_the_finder_and_the_modules(served):
