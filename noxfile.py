@@ -16,11 +16,11 @@
                                  and NVIDIA's variables as in `tests`; `nox -s results` then writes docs/engines.md
     nox -s quickstart            the README's quick start on a fresh environment with no torch, then
                                  `transfer port` from the installed wheel
-    nox -s results               README's results table from the junit files of the runs (docs/results/), and
+    nox -s results               docs/results.md's tables from the junit files of the runs (docs/results/), and
                                  docs/engines.md's engine x target table (docs/engines.py)
     nox -s bench                 `python -m benchmarks --only calls` on torch 2.0.1, 2.1.2, 2.13.0 and 2.14.1
-                                 (or the versions given after --), recorded in docs/bench/, and README's
-                                 performance table written from those files (docs/bench.py); timings:
+                                 (or the versions given after --), recorded in docs/bench/, and docs/performance.md's
+                                 per-call table written from those files (docs/bench.py); timings:
                                  run it on a quiet machine, never beside other sessions
     nox -s upstream -- DIR       flash-attention's, apex's and xformers' own test suites, unmodified, at the
                                  commits docs/upstream.py pins, from the git checkouts DIR/flash-attention,
@@ -41,7 +41,7 @@ reused when it already holds that torch (TRANSFER_NOX_FRESH=1 rebuilds).
 Arguments after `--` of fast / tests / nvidia_env go to pytest (`nox -s fast -- -k ways_in -x`).
 
 Each pytest run writes .nox/junit/<session>-torch-<version>.xml; `nox -s results`
-copies them to docs/results/ and writes README's results table from them
+copies them to docs/results/ and writes docs/results.md's tables from them
 (docs/results.py; CI checks that the table is what those files say).
 """
 
@@ -87,16 +87,16 @@ TORCH_PYTHON = {
 }
 DEFAULT_TORCH = "2.13.0"
 CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
-#: The torch versions `nox -s bench` measures by default: the compat pairs and the default torch (issue 16).
+#: The torch versions `nox -s bench` measures by default: the compat pairs and the default torch.
 BENCH_TORCH = ("2.0.1", "2.1.2", "2.13.0", "2.14.1")
 #: The oldest and newest torch a vendor plug-in (so a stand-in) exists for: torch 2.0 has no PrivateUse1 hooks.
 STANDIN_PAIRS = ("2.1.2", "2.14.1")
-TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg")
+TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg", "noxfile.py", ".ci")
 TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "safetensors"]
 #: The fast tier: everything not marked slow (markers: tests/conftest.py).
 FAST = ("-m", "not slow")
 #: What NVIDIA's CUDA container images set (nvidia/cuda, and torch wheels run inside them), with a GPU that
-#: this machine lacks: the fast tier must give the same result with them (issue 18).
+#: this machine lacks: the fast tier must give the same result with them.
 NVIDIA_ENV = {
     "NCCL_VERSION": "2.28.3-1",
     "CUDA_VERSION": "13.0.2",
@@ -135,6 +135,9 @@ def build_wheel(session: nox.Session) -> str:
     os.makedirs(WORK, exist_ok=True)
     with open(os.path.join(WORK, "build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # setuptools copies the package into build/lib* and never removes what is gone from the source:
+        # a module moved or renamed since the last build would ship in the wheel beside its new home
+        shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
         session.run_install(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, external=True)
     (wheel,) = glob.glob(os.path.join(dist, DISTRIBUTION.replace("-", "_") + "-*.whl"))
     return wheel
@@ -246,7 +249,7 @@ def fast(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The full suite, default torch, against the installed wheel, with NVIDIA's container variables set
-    (NVIDIA_ENV): the suite is hermetic, so it passes the same with them as without (issue 18)."""
+    (NVIDIA_ENV): the suite is hermetic, so it passes the same with them as without."""
     wheel = build_wheel(session)
     python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel, extra=framework_requirements())
     session.log("with " + " ".join(f"{k}={v}" for k, v in NVIDIA_ENV.items()))
@@ -254,7 +257,7 @@ def tests(session: nox.Session) -> None:
                junit=junit_path(session, DEFAULT_TORCH), env=NVIDIA_ENV)
 
 
-#: The engine tests (issue 23), which docs/engines.md reports target by target.
+#: The engine tests, which docs/engines.md reports target by target.
 ENGINE_TESTS = ("tests/frameworks/test_engines_*.py", "tests/frameworks/test_multinode.py")
 
 
@@ -378,17 +381,15 @@ def quickstart(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def results(session: nox.Session) -> None:
-    """Copy the junit files of the runs (.nox/junit) to docs/results/ and write README's results table
-    from docs/results/ (docs/results.py) and docs/engines.md's table (docs/engines.py). Run it after the
-    sessions whose rows you want to refresh."""
-    target = os.path.join(ROOT, "docs", "results")
-    os.makedirs(target, exist_ok=True)
-    for path in sorted(glob.glob(os.path.join(JUNIT, "*.xml"))):
-        if os.path.basename(path).startswith(("fast-", "nvidia_env-")):
-            continue  # the fast tier is a subset of the full run, not a row
-        shutil.copy(path, target)
-        session.log(f"{os.path.relpath(path, ROOT)} -> {os.path.relpath(target, ROOT)}")
-    session.run(sys.executable, os.path.join(ROOT, "docs", "results.py"), "--write", external=True)
+    """Record the junit files of the runs (.nox/junit) in docs/results/ (without this machine's paths) and
+    write docs/results.md's tables from docs/results/ (docs/results.py) and docs/engines.md's table
+    (docs/engines.py). Run it after the sessions whose rows you want to refresh."""
+    runs = [path for path in sorted(glob.glob(os.path.join(JUNIT, "*.xml")))
+            if not os.path.basename(path).startswith(("fast-", "nvidia_env-"))]  # the fast tier is no row
+    tool = os.path.join(ROOT, "docs", "results.py")
+    if runs:  # copied without the paths of this machine (docs/results.py record())
+        session.run(sys.executable, tool, "--record", *runs, external=True)
+    session.run(sys.executable, tool, "--write", external=True)
     session.run(sys.executable, os.path.join(ROOT, "docs", "engines.py"), "--write", external=True)
 
 
@@ -396,7 +397,7 @@ def results(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The per-call benchmarks (`python -m benchmarks --only calls`) against the wheel on each torch (the
     compat environments .nox/compat-torch-<v>, as `per_torch` uses), one after the other; each run's
-    results.json is recorded as docs/bench/calls-torch-<v>.json and README's performance table is written
+    results.json is recorded as docs/bench/calls-torch-<v>.json and docs/performance.md's per-call table is written
     from docs/bench/ (docs/bench.py). Arguments after -- are torch versions (default BENCH_TORCH)."""
     versions = torch_versions(session, BENCH_TORCH)
     wheel = build_wheel(session)

@@ -137,7 +137,7 @@ def finish_child(json_path: Optional[str], measure: Callable[[], Dict[str, Any]]
     """Run `measure`, write its result (or the error, with traceback) to `json_path`
     (None: write nothing, e.g. a DDP rank other than 0), then leave at once:
     os._exit skips interpreter teardown, where gloo/DDP objects and the stand-ins
-    may hang or abort (FACTS). Never returns."""
+    may hang or abort (seen on these 2-core machines). Never returns."""
     try:
         result = measure()
     except Exception as exc:  # report, don't hide

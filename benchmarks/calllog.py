@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # python benchmarks/calllog.py
 
 from benchmarks import _common as C  # noqa: E402
 
-TARGET = 1.05  # issue 10: a training step slows by at most 5% with the log on
+TARGET = 1.05  # the bar: a training step slows by at most 5% with the log on
 FULL = {"repeats": 21, "block_s": 0.1, "min_steps": 5, "max_steps": 400, "warmup": 3}
 QUICK = {"repeats": 3, "block_s": 0.01, "min_steps": 2, "max_steps": 10, "warmup": 1}
 ARMS = ("on", "off", "control")
@@ -146,7 +146,7 @@ def _rotate(arm, arms, on: str, off: str, cfg: Dict[str, Any], quick: bool, logd
     """Blocks of steps of each arm in `arms`, the order rotating every repeat; the record of `on` / `off`
     per repeat, with the A/A control ("control" / `off`). The `on` arm must have written exactly one log
     file in `logdir` (removed after)."""
-    from transfer import calllog
+    from transfer import logfiles
 
     per_step = arm(off, 5)
     steps = int(min(cfg["max_steps"], max(cfg["min_steps"], cfg["block_s"] / per_step)))
@@ -161,7 +161,7 @@ def _rotate(arm, arms, on: str, off: str, cfg: Dict[str, Any], quick: bool, logd
         control.append(got["control"] / got[off])
     logged = sorted(os.listdir(logdir))
     shutil.rmtree(logdir, ignore_errors=True)
-    calllog.forget_process_log()  # its directory is gone (each uninstall already ended its log: nothing left)
+    logfiles.forget_process_log()  # its directory is gone (each uninstall already ended its log: nothing left)
     if logged != ["transfer-log-rank0.jsonl"]:  # each uninstall completes the log of this rankless process as rank 0
         raise RuntimeError(f"the {on!r} arm wrote {logged} instead of one log file")
     record = C.ratio_record(times[on], times[off], ratios, TARGET, unit_scale=1e3)

@@ -18,7 +18,7 @@ stand-ins are measured too when they import, for information):
 * Agreement: small functions that branch on a translated value, run eagerly
   and compiled under the shim; a compiled result that differs from the eager
   one means dynamo evaluated the CUDA spelling without the translation.
-* Training (issue 25; not with --quick: inductor's first compile takes minutes
+* Training (not with --quick: inductor's first compile takes minutes
   on 2 cores): a small transformer block trained as a CUDA script does, eager
   and ``torch.compile(model)`` (what the target's compile policy makes of
   inductor: inductor on the cpu target, the plug-in's backend or aot_eager on

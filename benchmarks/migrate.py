@@ -1,4 +1,4 @@
-"""Family 8: the offline tools' speed on a checkout (issue 19): `transfer scan` and `transfer port`.
+"""Family 8: the offline tools' speed on a checkout: `transfer scan` and `transfer port`.
 
     python -m benchmarks --only migrate DIR [DIR ...]     # within the suite (default DIR: this checkout)
     python -m benchmarks.migrate DIR [DIR ...] [--quick]  # alone; one line per DIR

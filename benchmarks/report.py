@@ -184,7 +184,7 @@ def table(results: Dict[str, Any]) -> str:
         from .dropins import line as thirdparty_line
 
         lines.append("")
-        lines.append("7. Issue 15's replacements / their backend called directly (median [q1-q3]; goal 1.1x)")
+        lines.append("7. The CUDA-only packages' replacements / their backend called directly (median [q1-q3]; goal 1.1x)")
         lines.extend(thirdparty_line(target, rec) for target, rec in thirdparty.items())
     migrate = results.get("migrate", {}).get("dirs", {})
     if migrate:

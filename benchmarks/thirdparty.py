@@ -1,4 +1,4 @@
-"""Family 7: issue 15's replacements against calling their backend directly, side by side in one process.
+"""Family 7: the CUDA-only packages' replacements against calling their backend directly, side by side in one process.
 
 ``python -m benchmarks.thirdparty [--target cpu] [--quick]`` prints one line per case; the suite
 (``python -m benchmarks``, family "thirdparty") runs it per target with ``--json``.
@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # python benchmarks/thirdparty.py
 
 from benchmarks import _common as C  # noqa: E402
 
-TARGET = 1.1  # issue 15: a replacement costs at most 1.1x its backend called directly
+TARGET = 1.1  # the bar: a replacement costs at most 1.1x its backend called directly
 # Workload sizes of a small transformer layer stack: 12 weight matrices of 1024 x 1024 and 12 vectors
 # (12.6M parameters) for the optimizers and amp_C, activations of 2048 tokens x 1024 for the norms.
 # The per-call overhead (python, apex's checks and noop flag) is reported as "added" microseconds.

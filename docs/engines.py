@@ -1,6 +1,6 @@
 """docs/engines.md's table "engine x target: what transfer does", generated from the junit files of real runs.
 
-Issue 23: each distributed engine (DeepSpeed, FSDP, DTensor, DCP, multi-node launch, ...) on each target,
+Each distributed engine (DeepSpeed, FSDP, DTensor, DCP, multi-node launch, ...) on each target,
 with what transfer does there and whether the tests that prove it passed. Rows are ENGINES below: the
 "what transfer does" text is kept here, in one place, and each row names the test functions that prove it.
 A cell's outcome comes from the newest recorded run of the full suite or of `nox -s engines` (docs/results/
@@ -189,7 +189,7 @@ def write(page: str = PAGE) -> None:
 
 def check(page: str = PAGE) -> List[str]:
     text = open(page, encoding="utf-8").read()
-    if results.readme_block(text, BEGIN, END) != table(results.runs(results.RECORDED)):
+    if results.page_block(text, BEGIN, END) != table(results.runs(results.RECORDED)):
         return [f"{os.path.relpath(page, results.ROOT)}'s table is not what docs/results/*.xml say: run `nox -s results`"]
     return []
 

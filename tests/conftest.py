@@ -308,7 +308,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def run_properties(record_testsuite_property):
-    """What ran, in the junit file (docs/results.py makes README's table of them)."""
+    """What ran, in the junit file (docs/results.py makes docs/results.md's table of them)."""
     import platform
 
     import transfer

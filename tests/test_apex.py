@@ -1,4 +1,4 @@
-"""apex and amp_C as transfer provides them (issue 15 item 3), on the cpu target in-process.
+"""apex and amp_C as transfer provides them, on the cpu target in-process.
 
 Every numerical check compares with tests/apex_reference.py: float64 restatements of
 apex's documented kernels, never transfer's code. Hypothesis draws shapes and
@@ -543,14 +543,15 @@ def test_apex_numerics_on_standins(vendor):
 # ------------------------------------------------------------------ the table's torch-native rewrites
 
 def test_native_rewrites_are_rows_and_compute_the_same():
-    """support.NATIVE_REWRITES (what `transfer port` may write) holds: under the stated conditions the
+    """rewrites.NATIVE_REWRITES (what `transfer port` may write) holds: under the stated conditions the
     torch-native spelling computes what the apex replacement computes."""
     from transfer import support
+    from transfer.migrate import rewrites
     from apex.normalization import FusedLayerNorm, FusedRMSNorm
     from apex.optimizers import FusedAdam, FusedSGD
     from apex.parallel import convert_syncbn_model
 
-    assert set(support.NATIVE_REWRITES) <= set(support.apis())
+    assert set(rewrites.NATIVE_REWRITES) <= set(support.apis())
     gen = torch.Generator().manual_seed(0)
     for adam_w_mode, native in ((True, torch.optim.AdamW), (False, torch.optim.Adam)):
         a = [torch.nn.Parameter(torch.randn(4, 3, generator=gen))]

@@ -1,4 +1,4 @@
-"""End to end (issue 15 items 3-5): public-style scripts using apex, CUDA graphs and a torch.library
+"""End to end: public-style scripts using apex, CUDA graphs and a torch.library
 CUDA op, unmodified, on the cpu target and the stand-ins, through the three ways in.
 
 Scripts (tests/scripts/thirdparty/, none mentions transfer):

@@ -1,4 +1,4 @@
-"""`auto` with a vendor plug-in that is installed but broken or without devices (issue 17, item 12).
+"""`auto` with a vendor plug-in that is installed but broken or without devices.
 
 The fake plug-ins are written into a temporary directory on PYTHONPATH, one per test, and only
 ever imported by child processes. Every child hides CUDA (CUDA_VISIBLE_DEVICES=''): with a real GPU,

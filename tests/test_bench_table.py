@@ -1,4 +1,4 @@
-"""README's per-call performance table is docs/bench.py's output from recorded benchmark runs (docs/bench/)."""
+"""docs/performance.md's per-call table is docs/bench.py's output from recorded benchmark runs (docs/bench/)."""
 
 import json
 import os
@@ -43,16 +43,16 @@ def test_each_torch_is_a_column_and_each_cell_its_run(tmp_path):
     assert "npu" not in "\n".join(lines[:7])  # no table for a stand-in no run has
 
 
-def test_the_readme_table_is_what_the_recorded_runs_say():
-    assert bench.check() == [], "run `python docs/bench.py --write` (README.md's table was edited or docs/bench changed)"
+def test_the_performance_table_is_what_the_recorded_runs_say():
+    assert bench.check() == [], "run `python docs/bench.py --write` (docs/performance.md's table was edited or docs/bench changed)"
 
 
 def test_check_names_a_table_that_differs(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{bench.BEGIN}\n| stale |\n{bench.END}\n")
+    page = tmp_path / "performance.md"
+    page.write_text(f"x\n{bench.BEGIN}\n| stale |\n{bench.END}\n")
     (tmp_path / "calls-torch-2.1.2.json").write_text(json.dumps(_run("2.1.2", [
         _row("torch.zeros(4)", "untouched", 1.05, 1.0, 1.1, 1.1)])))
-    assert bench.check(str(readme), str(tmp_path)) != []
-    bench.write(str(readme), str(tmp_path))
-    assert bench.check(str(readme), str(tmp_path)) == []
-    assert "| `torch.zeros(4)` | 1.1x | 1.05 [1.00-1.10] |" in readme.read_text()
+    assert bench.check(str(page), str(tmp_path)) != []
+    bench.write(str(page), str(tmp_path))
+    assert bench.check(str(page), str(tmp_path)) == []
+    assert "| `torch.zeros(4)` | 1.1x | 1.05 [1.00-1.10] |" in page.read_text()

@@ -163,7 +163,7 @@ def test_chart_written(quick_run):
 
 
 def test_thirdparty_ratios(quick_run):
-    """Issue 15's replacements against their backends: every case measured on the cpu target."""
+    """The CUDA-only packages' replacements against their backends: every case measured on the cpu target."""
     data, _, _ = quick_run
     results = data["thirdparty"]["targets"]
     assert set(results) == set(TARGETS)

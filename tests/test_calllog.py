@@ -70,7 +70,7 @@ def test_log_of_train_cuda_has_each_call_site_once(tmp_path):
     assert by_call["torch.cuda.max_memory_allocated()"]["class"] == "placeholder"
     assert by_call["Tensor.to('cuda', non_blocking=True)"]["became"] == "'cuda' -> cpu"
     event = by_call["torch.cuda.Event(enable_timing=True)"]
-    assert (_line(event), event["class"], event["became"]) == (67, "translated", "transfer.cpu_runtime.Event")
+    assert (_line(event), event["class"], event["became"]) == (67, "translated", "transfer.cpu.runtime.Event")
     by_line = {_line(r): r for r in records}
     assert by_line[60]["call"].startswith("DataLoader(")
     assert (by_line[60]["class"], by_line[60]["became"]) == ("no-op", "pin_memory=True -> False")
@@ -183,7 +183,7 @@ def _static(owner, attribute):
 
 def test_logged_install_keeps_names_pickling_isinstance_and_uninstall_restores(install_cpu, tmp_path):
     import transfer
-    from test_invisible import _native_facts, _problems
+    from test_pickling_and_introspection import _native_facts, _problems
 
     install_cpu(TRANSFER_LOG=None)
     records = transfer._active.registry.records()
@@ -222,7 +222,7 @@ shutil.rmtree(sys.argv[1])
 
 
 def test_the_log_ends_with_uninstall_and_nothing_is_left_for_exit(tmp_path):
-    """Issue 24 item 8: the call-site log outlived uninstall(): with the folder removed, exit printed
+    """The call-site log once outlived uninstall(): with the folder removed, exit printed
     "Exception ignored in atexit callback ... FileNotFoundError", and a test's log printed its summary
     line at the end of the whole pytest session. The log ends with the install: file and summary then."""
     directory = tmp_path / "log"
@@ -272,7 +272,7 @@ def test_mp_spawn_workers_log_under_their_own_rank_and_the_job_prints_one_summar
     assert proc.stderr.count("CUDA-facing call site(s) logged") == 1, proc.stderr
 
 
-# ---------------------------------------------------------------- issue 19: the rehearsal (--plan)
+# ---------------------------------------------------------------- the rehearsal (--plan)
 
 PLAN_JOB = r"""
 import torch

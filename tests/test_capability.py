@@ -1,10 +1,10 @@
-"""Capability checks (issue 15 item 6): one policy per target.
+"""Capability checks: one policy per target.
 
 CUDA users pick bf16 with ``torch.cuda.get_device_capability() >= (8, 0)`` (or
 ``torch.cuda.is_bf16_supported()``), and read ``get_device_properties().major``.
 On CUDA both say the same thing, ``(props.major, props.minor) ==
 get_device_capability()``, and bf16 is chosen exactly on Ampere-class devices.
-Under transfer (policy in transfer/support.py, README "Capability checks"):
+Under transfer (policy in transfer/support.py, docs/features.md "Capability checks"):
 
 | target | capability | is_bf16_supported | torch.version.cuda |
 | cpu | (8, 0) | True | None |
@@ -89,7 +89,7 @@ def test_vendor_capability_follows_the_hardware(vendor, extra, capability, bf16)
         assert f"transfer answers {capability}" in proc.stderr, proc.stderr
 
 
-# What a CUDA script does with the advice of every UnsupportedCudaAPI message (issue 24 item 1).
+# What a CUDA script does with the advice of every UnsupportedCudaAPI message.
 GUARDED = """
 import torch
 print("version", torch.version.cuda)
@@ -103,7 +103,7 @@ torch.cuda.utilization()
 @pytest.mark.compat  # the point is the CUDA builds of the compat matrix (2.0.1+cu117 ... 2.14.1+cu130)
 def test_torch_version_cuda_is_none_on_the_target_on_every_build_so_the_advised_guard_holds():
     """torch.version.cuda names the CUDA toolkit torch was built with: None on a CPU build, '13.0' on
-    pip's default torch 2.14.1. Under transfer it is None on every target and build (README's table),
+    pip's default torch 2.14.1. Under transfer it is None on every target and build (docs/features.md's table),
     so `if torch.version.cuda:`, the guard every UnsupportedCudaAPI message advises, skips the call;
     without transfer the build's own value is untouched."""
     proc = python("-c", GUARDED, env=clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET="1"), check=False)

@@ -1,4 +1,4 @@
-"""torch.compile in a CUDA script on every target (issue 25): the target's own compiler where the plug-in
+"""torch.compile in a CUDA script on every target: the target's own compiler where the plug-in
 registers one, else a backend that runs there, said once per call site; the same losses as eager.
 
 The vendor cases run the stand-ins (tests/vendors): torch_npu's registers the ``npu`` / ``npugraphs``

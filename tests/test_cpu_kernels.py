@@ -1,4 +1,4 @@
-"""Tests for transfer.cpu_kernels: CPU kernels of the SyncBatchNorm ATen ops."""
+"""Tests for transfer.cpu.kernels: CPU kernels of the SyncBatchNorm ATen ops."""
 
 import os
 import subprocess
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import transfer
 from conftest import clean_env
-from transfer import cpu_kernels
+from transfer.cpu import kernels as cpu_kernels
 
 # The copy of transfer under test: the checkout, or the installed wheel (nox sessions).
 PACKAGE_DIR = os.path.dirname(os.path.abspath(transfer.__file__))
@@ -294,7 +294,7 @@ _WORKER = textwrap.dedent(
     """
     import sys, torch, torch.distributed as dist
     from torch.nn.modules._functions import SyncBatchNorm as SyncBNFn
-    from transfer import cpu_kernels
+    from transfer.cpu import kernels as cpu_kernels
 
     rank, world, store, out_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     torch.set_num_threads(1)
@@ -425,7 +425,7 @@ def test_register_idempotent_and_destroy_restores_not_implemented():
 
 def test_import_is_cheap():
     # Load the file directly so a (future) transfer/__init__.py does not interfere.
-    path = os.path.join(PACKAGE_DIR, "cpu_kernels.py")
+    path = os.path.join(PACKAGE_DIR, "cpu", "kernels.py")
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('cpu_kernels', {path!r})\n"

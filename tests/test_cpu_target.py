@@ -20,7 +20,7 @@ TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # to
 
 def test_tensor_calls_land_on_cpu(cpu_target):
     x = torch.arange(4.0)
-    assert x.cuda() is not x  # a host-to-device move is a copy, as on CUDA (test_faithful_cpu.py)
+    assert x.cuda() is not x  # a host-to-device move is a copy, as on CUDA (test_cpu_copies.py)
     assert x.cuda(0).device.type == "cpu"
     assert x.to("cuda", non_blocking=True) is not x
     assert x.to(torch.device("cuda", 0)).device.type == "cpu"

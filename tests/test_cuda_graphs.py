@@ -1,10 +1,10 @@
-"""CUDA graphs (issue 15 item 5): torch.cuda.CUDAGraph / graph / make_graphed_callables.
+"""CUDA graphs: torch.cuda.CUDAGraph / graph / make_graphed_callables.
 
 CUDA's documented semantics are the oracle (PyTorch's "CUDA Graphs" notes): capture does not run the
 captured work (an optimizer.step() inside it changes nothing until the first replay); replay re-runs
 it on the same static tensors, so a replayed training step equals the eager step; errors for replay
 without capture and for capturing twice. On the cpu target the ops are recorded and re-run
-(transfer/graph_replay.py); on npu torch_npu's NPUGraph runs (the stand-in is as strict as torch_npu:
+(transfer/cpu/graph_replay.py); on npu torch_npu's NPUGraph runs (the stand-in is as strict as torch_npu:
 capture runs nothing, host reads raise); sdaa/gcu replay like the cpu target.
 """
 

@@ -1,4 +1,4 @@
-"""Custom operators registered for CUDA (issue 15 item 4), and CUDA C++ extension builds.
+"""Custom operators registered for CUDA, and CUDA C++ extension builds.
 
 A kernel registered for the CUDA dispatch keys runs on the target (on CUDA it runs for CUDA tensors; the
 script's "cuda" tensors are the target's); a kernel registered natively for the target wins; uninstall

@@ -1,4 +1,4 @@
-"""Device arguments the way trainers write them (issue 28, items 1-3), on the cpu target.
+"""Device arguments the way trainers write them, on the cpu target.
 
 CUDA is the oracle: on a CUDA build ``torch.device(0)`` is ``cuda:0``; ``torch.cuda.set_device``
 and the device queries take a ``torch.cuda.device`` object (torch's ``_get_device_index`` reads

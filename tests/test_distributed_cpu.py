@@ -20,7 +20,7 @@ class Ctx:
         from transfer.profiles import PROFILES
 
         self.profile = PROFILES[name]
-        self.cpu = importlib.import_module("transfer.cpu_target") if self.profile.is_cpu else None  # as PatchContext
+        self.cpu = importlib.import_module("transfer.cpu.target") if self.profile.is_cpu else None  # as PatchContext
 
 
 @pytest.mark.parametrize("spelling, vendor, cpu", [

@@ -1,4 +1,4 @@
-"""End-to-end matrix (issue 4): unmodified CUDA scripts x targets x ways in, as subprocesses.
+"""End-to-end matrix: unmodified CUDA scripts x targets x ways in, as subprocesses.
 
 Targets: ``cpu`` (gloo) and the stand-ins ``npu`` / ``sdaa`` / ``gcu`` (tests/vendors: a real
 PrivateUse1 device ``<name>:N``, collectives hccl / tccl / eccl). A vendor run sees only its own
@@ -22,7 +22,7 @@ Scripts, none of which mentions transfer:
               NCCL_SOCKET_IFNAME=lo and NCCL_IB_DISABLE=1 set as a user would, each node
               seeing one card (CUDA_VISIBLE_DEVICES=0 / 1)
   8 controls  scripts 2 and 6 without the shim, and script 2 with the distributed area disabled
-  9 idioms    tests/scripts/idioms/, public-script idioms (issue 9), on every target, ways rotating:
+  9 idioms    tests/scripts/idioms/, public-script idioms, on every target, ways rotating:
               tp     tensor + sequence parallel over init_device_mesh("cuda", ...), torchrun 2 ranks
                      (the mesh creates the process group itself: tccl's set-device rule)
               fsdp2  fully_shard per block and root, torchrun 2 ranks (where torch has fully_shard)
@@ -129,7 +129,7 @@ CELLS = [
     Cell("mmengine", "gcu", "none", "control"),
 ]
 
-# Public-script idioms (issue 9 item 4): every idiom on every target, the ways rotating.
+# Public-script idioms: every idiom on every target, the ways rotating.
 IDIOMS = {  # cell script -> (file in tests/scripts/idioms, ranks under torchrun or 0 for one process)
     "tp": ("tensor_parallel.py", 2),
     "fsdp2": ("fsdp2.py", 2),
@@ -140,7 +140,7 @@ IDIOMS = {  # cell script -> (file in tests/scripts/idioms, ranks under torchrun
 _WAYS = ("env", "import", "runner")
 IDIOM_CELLS = [Cell(script, profile, _WAYS[(i + j) % 3])
                for i, script in enumerate(IDIOMS) for j, profile in enumerate(("cpu", "npu", "sdaa", "gcu"))]
-# CUDA-only packages (issue 15), served by transfer/dropins: a LLaMA-style model on flash_attn
+# CUDA-only packages, served by transfer/dropins: a LLaMA-style model on flash_attn
 # (flash_attn_func with GQA, rotary, RMSNorm) and a ViT on xformers.ops.memory_efficient_attention.
 # Not the full cross product: the numerics are covered per target by tests/test_thirdparty_attention.py;
 # these cells show that unmodified scripts train. Each script runs on three targets with each way in

@@ -28,7 +28,7 @@ def test_a_users_own_vendor_setting_wins_and_is_not_claimed(install_cpu):
     transfer.uninstall()
 
 
-# ------------------------------------------------------------------ whole processes (issue 17, item 7)
+# ------------------------------------------------------------------ whole processes
 import json  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -42,7 +42,8 @@ from conftest import (SCRIPTS, STANDINS, VENDORS, clean_env, free_port, kill_gro
 from transfer import envvars  # noqa: E402
 
 PROBE = os.path.join(SCRIPTS, "env_probe.py")
-#: What every NVIDIA container image sets (recorded on an H100 image, /work/shared/FACTS.md).
+#: What every NVIDIA container image sets (NCCL_VERSION and CUDA_VERSION as recorded on an H100 image:
+#: tests/oracle/cuda_recorded.json, "nvidia_container_environment").
 NVIDIA_IMAGE = {"NCCL_VERSION": "2.28.3-1", "CUDA_VERSION": "13.0.2", "CUDA_HOME": "/usr/local/cuda",
                 "TORCH_CUDA_ARCH_LIST": "9.0", "NVIDIA_VISIBLE_DEVICES": "all",
                 "NVIDIA_DRIVER_CAPABILITIES": "compute,utility", "NV_LIBNCCL_PACKAGE_VERSION": "2.28.3-1"}

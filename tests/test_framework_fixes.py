@@ -1,4 +1,4 @@
-"""Issue 9 causes 1-3 and the set-device rule: what frameworks and public scripts tripped on.
+"""What frameworks and public scripts tripped on, and the set-device rule.
 
 1. TorchScript sees torch's builtins through the factory replacements (``import
    torch.distributed.optim``, user ``@torch.jit.script`` helpers), and a scripted
@@ -113,7 +113,7 @@ def test_scripted_cuda_device_runs_on_the_vendor_device(vendor, tmp_path):
 # ---------------------------------------------------------------- 2. missing CUDA classes
 
 def test_missing_cuda_classes_stay_classes(cpu_target):
-    from transfer import cpu_runtime
+    from transfer.cpu import runtime as cpu_runtime
 
     classes = [r for r in cpu_target._active.registry.records()
                if r.name.startswith("cuda_namespace.") and inspect.isclass(r.original)]
@@ -137,7 +137,7 @@ def test_missing_cuda_classes_stay_classes(cpu_target):
 
     with pytest.raises(UnsupportedCudaAPI):
         MyStream()
-    # CUDA graphs are real classes on every target since issue 15 (transformers' `torch.cuda.CUDAGraph | None`)
+    # CUDA graphs are real classes on every target (transformers' `torch.cuda.CUDAGraph | None`)
     assert inspect.isclass(torch.cuda.CUDAGraph) and typing.Optional[torch.cuda.CUDAGraph]
     assert isinstance(torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph)
 
@@ -145,7 +145,7 @@ def test_missing_cuda_classes_stay_classes(cpu_target):
 # ---------------------------------------------------------------- 3. cpu target: count, device_id
 
 def test_cpu_target_defaults_to_two_devices(cpu_target, monkeypatch):
-    from transfer import cpu_runtime
+    from transfer.cpu import runtime as cpu_runtime
 
     assert cpu_runtime.DEFAULT_DEVICES == 2 and torch.cuda.device_count() == 2
     torch.cuda.set_device(1)

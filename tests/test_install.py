@@ -98,7 +98,7 @@ def test_unknown_device_lists_choices():
         assert choice in message
 
 
-#: Every TRANSFER_* value that cannot work (issue 24 item 3): (variable, value, what the one line says).
+#: Every TRANSFER_* value that cannot work: (variable, value, what the one line says).
 BAD_VALUES = [
     ("TRANSFER_LOG", "{file}", "is a file, not a directory"),
     ("TRANSFER_LOG", "/proc/transfer-nope", "cannot create the log directory"),

@@ -45,7 +45,7 @@ def test_scan_known_answers_aliases_fstrings_compares():
     ]  # line 14, a checkpoint path containing "cuda", is not a device
     classes = {f.api: result.status(f)["npu"].cls for f in result.findings}
     assert classes["compare 'cuda'"] == "unsupported"
-    assert classes["torch.cuda.CUDAGraph"] == "translated"  # torch_npu's NPUGraph (issue 15)
+    assert classes["torch.cuda.CUDAGraph"] == "translated"  # torch_npu's NPUGraph
     assert classes["torch.cuda.get_device_capability"] == "placeholder"
 
 
@@ -88,7 +88,7 @@ weight = nn.Parameter(torch.zeros(2)).cuda()
 
 
 def test_scan_labels_cuda_by_what_the_receiver_is_known_to_be():
-    """Issue 24: `MLP().cuda()` (a Module) was labelled Tensor.cuda. A module built right there (a torch.nn class,
+    """`MLP().cuda()` (a Module) was once labelled Tensor.cuda. A module built right there (a torch.nn class,
     or a class of the file that subclasses one) is Module.cuda, a torch factory's result Tensor.cuda, and a
     receiver whose type only running the code shows (a name, another class) `.cuda()`; port rewrites all three."""
     from transfer.migrate import port, scan
@@ -102,7 +102,7 @@ def test_scan_labels_cuda_by_what_the_receiver_is_known_to_be():
 
 
 def test_port_lists_what_it_leaves_with_line_reason_and_native_spelling(tmp_path):
-    """Issue 24: `port --diff` said "1 left for a person" and no more, and the CSV explained transfer's placeholder
+    """`port --diff` once said "1 left for a person" and no more, and the CSV explained transfer's placeholder
     for get_device_capability, not what code running without transfer should use. Every use left for a person is
     listed under the summary (file:line, why, what to write natively), with --diff and without."""
     script = tmp_path / "train.py"
@@ -197,7 +197,7 @@ def test_docs_support_matrix_is_current():
 
 
 def test_scan_without_a_device_is_one_short_line_per_finding():
-    """Issue 24: without --device each finding was a ~300-character line naming all four targets. Now the class
+    """Without --device each finding once was a ~300-character line naming all four targets. Now the class
     once for all, or per group of targets; what each becomes is --device's (or the CSV's)."""
     text = cli("scan", os.path.join(EXAMPLES, "train_cuda.py")).stdout.splitlines()
     findings = [line for line in text if line.startswith(os.path.join(EXAMPLES, "train_cuda.py"))]
@@ -209,7 +209,7 @@ def test_scan_without_a_device_is_one_short_line_per_finding():
 
 
 def test_docs_writes_only_into_a_checkout_or_where_told(tmp_path):
-    """Issue 24 item 9: `transfer docs` wrote ./docs/support-matrix.md into whatever directory it ran in.
+    """`transfer docs` once wrote ./docs/support-matrix.md into whatever directory it ran in.
     It is a maintainer's command: elsewhere it refuses and says so; --output says where (with help)."""
     refused = cli("docs", cwd=tmp_path, check=False)
     assert refused.returncode == 2 and "not a transfer checkout" in refused.stderr and "--output" in refused.stderr
@@ -296,7 +296,7 @@ NATIVE_CASES = {
                               ["--work-dir", "{work}"], RANKS + r"|Iter \[\d+/\d+\] loss: [0-9.]+\d"),
     "seed003_mnist_ddp": ("sdaa", os.path.join(SCRIPTS, "seed003_mnist_ddp.py"), [], "torchrun",
                           ["--log-dir", "{work}"], RANKS + r"|\[epoch \d+\] loss: [0-9.]+ accuracy: [0-9.]+\d"),
-    # issue 19: .cuda(args.gpu) and a --dist-backend default, safely (no --unsafe)
+    # .cuda(args.gpu) and a --dist-backend default, safely (no --unsafe)
     "ddp_gpu_arg": ("npu", os.path.join(PUBLIC, "ddp_gpu_arg.py"), [], "torchrun", [],
                     RANKS + r"|epoch \d+: mean loss [0-9.]+\d"),
     # the device chosen once (torch.device(... if is_available() else ...), a --device default, parameter
@@ -424,7 +424,7 @@ def test_port_main_must_be_ported_and_not_with_diff(tmp_path):
     assert not (tmp_path / "b" / "run_distributed_npu.sh").exists()
 
 
-# ---------------------------------------------------------------- issue 19: complete safe ports
+# ---------------------------------------------------------------- complete safe ports
 
 def _ported(src, profile="npu"):
     from transfer.migrate.port import port_source
@@ -517,7 +517,7 @@ def _half_ported(text, dev):
     return half_ported(text, dev)
 
 
-CONSISTENCY = {  # the idioms issue 19 found half-ported: both sides or neither
+CONSISTENCY = {  # idioms once found half-ported: both sides or neither
     "device = torch.device(... if is_available() else 'cpu')": (
         "import torch\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
         "import torch\ndevice = torch.device('npu' if torch.npu.is_available() else 'cpu')\n"),

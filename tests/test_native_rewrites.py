@@ -1,4 +1,4 @@
-"""`transfer port`'s torch-native rewrites of apex (support.NATIVE_REWRITES; issue 15 item 8).
+"""`transfer port`'s torch-native rewrites of apex (transfer/migrate/rewrites.py).
 
 Two kinds of checks:
 * golden: what port writes for CUDA-style sources, and what it names (with why) instead of rewriting;

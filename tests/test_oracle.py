@@ -5,8 +5,8 @@ in-place ops, random-number calls, autocast regions); tests/oracle/cuda_expected
 answers to it, from torch's documented semantics and values recorded on a real GPU, and a
 reference interpreter of CUDA's semantics for the programs. Here the script runs under transfer
 on the cpu target and on every stand-in, through the environment way in, and every answer must
-equal CUDA's, except the differences listed in KNOWN: those are what README's "Known limits"
-states, and a KNOWN difference that disappears fails too (so the list stays exact).
+equal CUDA's, except the differences listed in KNOWN: those are what the Known limits
+(docs/limits.md) state, and a KNOWN difference that disappears fails too (so the list stays exact).
 
 On a machine with a GPU, ``python tests/oracle/cuda_semantics.py --check`` checks the oracle
 itself against real CUDA.
@@ -34,9 +34,9 @@ PROGRAMS = 40  # generated programs per target, besides the hypothesis ones
 
 #: target -> {probe: {path prefix, ...}}: where the target cannot compute what CUDA computes. Every
 #: difference must fall under a prefix, and every prefix must still match a difference. Each probe
-#: named here is named in README's "Known limits" (checked below).
+#: named here is named in the Known limits, docs/limits.md (checked below).
 KNOWN = {
-    # README, Known limits: "cpu target, memory" and "cpu target, random numbers" (issue 17, items 1-2).
+    # docs/limits.md (Known limits): "cpu target, memory" and "cpu target, random numbers".
     "cpu": {
         "copy_pin_memory": {"/is_pinned"},
         "data_loader_pin_memory": {"/is_cuda", "/pinned"},
@@ -105,7 +105,7 @@ def check_target(target):
         vanished += [f"{name}{k}" for k in known if not any(p.startswith(k) for p in paths)]
     assert not unexpected and not vanished, (
         f"{target}: probes that differ from CUDA (not in KNOWN): {json.dumps(unexpected, indent=1)}\n"
-        f"KNOWN differences that no longer occur (remove them from KNOWN and README): {vanished}")
+        f"KNOWN differences that no longer occur (remove them from KNOWN and docs/limits.md): {vanished}")
     bad = {}
     for seed, observed in programs.items():
         ops = cuda_semantics.program(seed, tensor_draws=TENSOR_DRAWS[target])
@@ -140,13 +140,12 @@ def test_generated_programs_on_the_standins(target, tmp_path):
     assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-6000:] + result.stderr[-3000:]
 
 
-def test_known_limits_are_in_the_readme():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
-        readme = fh.read()
-    limits = readme.split("## Known limits", 1)[-1].split("\n## ", 1)[0]
+def test_known_limits_are_in_the_limits_page():
+    with open(os.path.join(ROOT, "docs", "limits.md"), encoding="utf-8") as fh:
+        limits = fh.read()
     for target, probes in KNOWN.items():
         for name in probes:
-            assert f"`{name}`" in limits, f"README's Known limits does not name {target}'s difference `{name}`"
+            assert f"`{name}`" in limits, f"docs/limits.md does not name {target}'s difference `{name}`"
 
 
 # ------------------------------------------------------------------ hypothesis, in this process

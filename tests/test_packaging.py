@@ -167,7 +167,7 @@ def dry_run(tmp_path, installed_torch, requirements, index):
 
 @pytest.mark.slow  # four venvs and pip resolves, ~14 s
 def test_the_npu_fix_never_replaces_the_users_torch(tmp_path, wheel):
-    """Issue 24 item 2. torch_npu is released per torch release and requires exactly it (torch_npu 2.14.0:
+    """torch_npu is released per torch release and requires exactly it (torch_npu 2.14.0:
     `torch==2.14.0.*`, read on PyPI); there is none for torch 2.14.1. `pip install 'cuda-transfer[npu]'`,
     the fix the npu error message printed, made pip swap a user's torch 2.14.1 for 2.14.0. Now there is no
     such extra, and the command the message prints installs the torch_npu of the installed torch or fails
@@ -307,7 +307,7 @@ print("gathered", gathered)
 
 @pytest.mark.slow
 def test_numpy_is_torchs_own_need_and_the_quick_start_says_to_install_it(tmp_path):
-    """Issue 24, item 5: the README's environment had no NumPy and examples/spawn_ddp.py failed in
+    """The quick start's environment once had no NumPy and examples/spawn_ddp.py failed in
     broadcast_object_list with "Numpy is not available". That is torch's own need, without transfer (a receiving
     rank calls tensor.numpy(): all_gather_object in one process shows it), and transfer runs without NumPy: it
     stays out of the dependencies (it would put NumPy 2 beside a torch < 2.3), and the quick start and the

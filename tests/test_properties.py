@@ -1,4 +1,4 @@
-"""Property-based equivalence (issue 11): generated argument forms of every device-taking
+"""Property-based equivalence: generated argument forms of every device-taking
 patched API give, under transfer, the result, the error type and the aliasing of the hand
 port (the same call with the target's device written in). The cpu target runs here; the
 sdaa stand-in runs the same properties in a subprocess (never imported into pytest).
@@ -53,7 +53,8 @@ class Port:
         return self.device_type == "cpu" and cuda is not target
 
 
-#: CUDA spellings torch.device rejects (FACTS: 'CUDA:0', ' cuda', 'cuda:01', 'cuda:²' raise on a real GPU).
+#: CUDA spellings torch.device rejects ('CUDA:0', ' cuda', 'cuda:01', 'cuda:²' raised on a real GPU:
+#: tests/oracle/cuda_recorded.json, "device_strings_rejected").
 MALFORMED = ["CUDA:0", "Cuda", " cuda", "cuda ", "cuda:01", "cuda:\u00b2", "cuda:+1", "cuda:"]
 
 

@@ -102,7 +102,7 @@ def test_replace_when_imported_waits_for_the_module_and_not_after_revert(tmp_pat
     assert lazy2.Thing().answer() == 1 and late.names() == []
 
 
-# --- uninstall restores only what is still ours (issue 17, item 11a) ---------------------------
+# --- uninstall restores only what is still ours -----------------------------------------------
 
 def _module_with_f():
     module = types.ModuleType("hygiene_m")

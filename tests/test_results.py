@@ -1,4 +1,4 @@
-"""README's results tables are docs/results.py's output from the junit files of real runs (docs/results/)."""
+"""docs/results.md's tables are docs/results.py's output from the junit files of real runs (docs/results/)."""
 
 import os
 import sys
@@ -34,8 +34,8 @@ def test_a_row_is_the_counts_and_date_of_its_run(tmp_path):
                    "2 (2 x no PrivateUse1 here) | 12 s | 2026-11-20 |")
 
 
-def test_the_readme_tables_are_what_the_recorded_runs_say():
-    assert results.check() == [], "run `nox -s results` (README.md's tables were edited or docs/results changed)"
+def test_the_results_tables_are_what_the_recorded_runs_say():
+    assert results.check() == [], "run `nox -s results` (docs/results.md's tables were edited or docs/results changed)"
 
 
 def test_a_run_that_counts_differently_from_its_row_is_named(tmp_path, monkeypatch):

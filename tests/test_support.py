@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import transfer
-from transfer import cpu_runtime, support
+from transfer import support
+from transfer.cpu import runtime as cpu_runtime
 from transfer.devices import Target
 from transfer.errors import UnsupportedCudaAPI
 from transfer.patches import PatchContext, cuda_namespace
@@ -22,7 +23,7 @@ from conftest import needs_standins
 def _vendor_module(profile):
     """A stand-in torch.<device> holding exactly the table's names, each a marker."""
     module = types.SimpleNamespace()
-    for name in support.VENDOR_API[profile]:
+    for name in PROFILES[profile].cuda_api:
         if name == "default_generators":
             setattr(module, name, ())
             continue
@@ -40,7 +41,7 @@ def _vendor_module(profile):
 def _runs_the_target(obj, native, depth=4) -> bool:
     """`obj` (torch.cuda.<name> under the shim) is, copies, subclasses or calls the target's `native`.
 
-    Replacements name themselves as the CUDA originals (their __wrapped__ is CUDA's, issue 11), so
+    Replacements name themselves as the CUDA originals (their __wrapped__ is CUDA's), so
     this follows the code: a function installed as a copy shares its code object, a class becomes
     a same-behaving subclass, a device-translating layer holds the target's function in its closure.
     """
@@ -92,7 +93,7 @@ def test_every_patched_name_behaves_as_the_table_says(patched, caplog):
             assert expected.cls == support.PLACEHOLDER
             # the table's markers answer is_bf16_supported with a tuple (truthy); cpu says True
             assert obj() == support.CAPABILITY_BF16
-        elif expected.to.startswith(("torch.", "transfer.cpu_runtime")):
+        elif expected.to.startswith(("torch.", "transfer.cpu.runtime")):
             assert native is not None and _runs_the_target(obj, native), name
             if not profile.is_cpu:
                 assert expected.cls == support.TRANSLATED
@@ -105,8 +106,8 @@ def test_every_patched_name_behaves_as_the_table_says(patched, caplog):
 
 
 def test_cpu_table_matches_the_cpu_runtime():
-    assert support.CPU_API == {n for n in support.CUDA_NAMES if hasattr(cpu_runtime, n)}
-    assert support.PLACEHOLDERS["cpu"] == cpu_runtime.PLACEHOLDERS
+    assert PROFILES["cpu"].cuda_api == {n for n in support.CUDA_NAMES if hasattr(cpu_runtime, n)}
+    assert PROFILES["cpu"].placeholders == cpu_runtime.PLACEHOLDERS
 
 
 def test_table_names_every_public_cuda_callable():
@@ -158,9 +159,9 @@ def test_vendor_columns_match_the_stand_in(profile):
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     has = {n for n in support.CUDA_NAMES if n in found["names"]}
-    assert has == set(support.VENDOR_API[profile]), (
-        f"in the table only: {sorted(set(support.VENDOR_API[profile]) - has)}; "
-        f"on the stand-in only: {sorted(has - set(support.VENDOR_API[profile]))}")
+    assert has == set(PROFILES[profile].cuda_api), (
+        f"in the table only: {sorted(set(PROFILES[profile].cuda_api) - has)}; "
+        f"on the stand-in only: {sorted(has - set(PROFILES[profile].cuda_api))}")
     assert (found["backend"], found["visible"]) == (p.backend, p.visible_devices_env)
     assert (found["set_device_first"], found["one_per_device"]) == (p.set_device_before_init, p.one_process_per_device)
 

@@ -461,7 +461,7 @@ print("reduced", t.tolist())
 def test_a_group_freed_while_python_clears_the_modules_exits_quietly(extension):
     """A stand-in is as quiet at exit as the real plug-in: SimProcessGroup.__del__ ran after its module's
     globals were cleared and printed "Exception ignored in ... TypeError: 'NoneType' object does not support
-    item assignment" (issue 24: imagenet's main.py on sdaa, stopped with SIGINT)."""
+    item assignment" (imagenet's main.py on sdaa, stopped with SIGINT)."""
     proc = run([sys.executable, "-c", _GROUP_FREED_AT_EXIT],
                env=child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port()))
     assert "reduced [1.0, 1.0]" in proc.stdout, log_of(proc)
@@ -497,7 +497,7 @@ print(out)
 
 @needs_standins
 def test_lazy_conjugate_and_negative_views_compute_what_the_cpu_computes(extension):
-    """A stand-in never crashes: torch.fft.hfft on npu died with SIGSEGV (issue 24), the copy of a lazily
+    """A stand-in never crashes: torch.fft.hfft on npu once died with SIGSEGV, the copy of a lazily
     conjugated tensor recursing through the Conjugate fallback. One vendor: the C++ is the same for all."""
     proc = run([sys.executable, "-c", _LAZY_BITS, "npu"], what="lazy conjugate / negative views on npu")
     out = eval(proc.stdout.strip().splitlines()[-1])

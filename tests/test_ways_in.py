@@ -17,7 +17,7 @@ PROBE = "import torch; print('cuda', torch.cuda.is_available(), torch.ones(1).cu
 def assert_trained(proc):
     assert "outputs identical: True" in proc.stdout, proc.stdout + proc.stderr
     assert "epoch 0: loss" in proc.stdout
-    # The closing "done in X s" covers the whole run, so at least the epochs it timed (issue 24: it said 0.00s).
+    # The closing "done in X s" covers the whole run, so at least the epochs it timed (it once said 0.00s).
     epochs_ms = [float(ms) for ms in re.findall(r"^epoch \d+: .* time ([\d.]+) ms", proc.stdout, re.MULTILINE)]
     (total,) = re.findall(r"^done in ([\d.]+)s$", proc.stdout, re.MULTILINE)
     assert epochs_ms and float(total) >= sum(epochs_ms) / 1000 > 0, proc.stdout
@@ -125,7 +125,7 @@ def test_vendor_without_devices_and_visible_devices_set_before_its_import(tmp_pa
 
 @pytest.mark.parametrize("where", ["a file", "/proc"])
 def test_a_bad_log_path_is_one_line_naming_the_variable_not_a_torch_traceback(tmp_path, where):
-    """Issue 24 item 3: TRANSFER_LOG naming a file, or a folder nobody can create, used to break
+    """TRANSFER_LOG naming a file, or a folder nobody can create, used to break
     `import torch` with a traceback ending in torch's backend-autoload advice."""
     if where == "a file":
         path = tmp_path / "t.log"
@@ -141,7 +141,7 @@ def test_a_bad_log_path_is_one_line_naming_the_variable_not_a_torch_traceback(tm
 
 
 def test_transfer_run_runs_a_python_file_without_python_and_points_transfer_run_out(tmp_path):
-    """Issue 24 item 4: `transfer-run train.py` said "No such file or directory" about a file that exists;
+    """`transfer-run train.py` once said "No such file or directory" about a file that exists;
     it runs it with the current interpreter, as `python -m transfer train.py` does. `transfer run x.py`
     names transfer-run."""
     script = tmp_path / "probe.py"

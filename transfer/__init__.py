@@ -62,16 +62,16 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
     Idempotent and thread-safe: a second call returns the current status; asking
     for a different target while one is active raises (uninstall first).
     Raises before patching anything when a TRANSFER_* switch has a bad value,
-    and `ConflictError` when another patcher of torch is active (neighbours.py);
+    and `ConflictError` when another patcher of torch is active (conflicts.py);
     a misspelled TRANSFER_DISABLE name raises with the valid names, torch left
     as it was. Returns `status()`.
     """
     global _active, _outcome, _plan
     import torch  # noqa: F401  first: its import may itself install (TRANSFER_DEVICE entry point)
 
-    from . import selection
+    from . import selection, settings
     from .errors import TransferError
-    from .switches import check_environment, flag
+    from .settings import check_environment, flag
 
     with _lock:
         wanted = selection.requested(device)
@@ -88,26 +88,38 @@ def install(device: Optional[str] = None) -> Dict[str, Any]:
         from .registry import Registry, revert_left_behind
 
         revert_left_behind()  # an earlier install's replacements that another patch's undo put back
-        registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
+        registry = Registry(disabled=settings.disabled())
         profile, why = selection.select(wanted, prepare=lambda p: before_vendor_import(registry, p))
         if profile is None:
             _outcome = {"active": False, "reason": why}
             if why == selection.NATIVE_CUDA:
-                if os.environ.get("TRANSFER_PLAN", "").strip() and os.environ.get("TRANSFER_LOG", "").strip():
+                if settings.plan_name() and settings.log_directory():
                     from .plan import observe  # the rehearsal (transfer-run --plan): log for the plan, change nothing
 
                     if _plan is None:
-                        _plan = observe(os.environ["TRANSFER_LOG"].strip())
+                        _plan = observe(settings.log_directory())
                     _outcome["plan"] = _plan.profile.name
                     _outcome["call_sites"] = _plan.log.records
                 else:
                     _say_once("transfer: real CUDA devices are present; running CUDA natively, nothing patched")
+                _start_compare("cuda")
             return status()
         _active = _apply(profile, registry, strict)
         _outcome = {"active": True, "reason": why}
         _export_choice(profile.name)
         _banner(_active)
+        _start_compare(profile.device_type)
         return status()
+
+
+def _start_compare(device: str) -> None:
+    """The accuracy mode (TRANSFER_COMPARE, transfer/compare/), once the target is in place."""
+    from . import settings
+
+    if settings.value("TRANSFER_COMPARE"):
+        from .compare import from_environment
+
+        from_environment(device)
 
 
 def _export_choice(name: str) -> None:
@@ -142,7 +154,8 @@ def _unexport_choice() -> None:
 def _apply(profile, registry, strict):
     import torch  # noqa: F401  (patch areas need it loaded)
 
-    from . import cpu_runtime, neighbours
+    from . import conflicts, settings
+    from .cpu import runtime as cpu_runtime
     from .devices import Target
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
     from .dropins import apply as provide_packages
@@ -160,15 +173,16 @@ def _apply(profile, registry, strict):
         strict=strict,
     )
     try:
-        neighbours.claim(registry, profile.name)  # a second copy of transfer, or transfer_to_npu: refuse
+        conflicts.claim(registry, profile.name, __version__)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
         provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/dropins/)
         registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now
                                 f"for the {profile.name} target on torch {torch.__version__}")
-        if os.environ.get("TRANSFER_LOG", "").strip():  # the per-call-site log (transfer/calllog.py)
+        if settings.log_directory():  # the per-call-site log (transfer/calllog.py)
             from .calllog import attach
+            from .plan import planned
 
-            ctx.log = attach(ctx, os.environ["TRANSFER_LOG"].strip())
+            ctx.log = attach(ctx, settings.log_directory(), planned())
         for area in DEFERRED:
             apply_area(ctx, area)
     except BaseException:
@@ -203,7 +217,12 @@ def uninstall() -> None:
     back the identical original object. One patched again by someone else after
     transfer is left as it is, with a WARNING naming it (registry.py)."""
     global _active, _outcome, _plan
+    import sys
+
     with _lock:
+        compare = sys.modules.get(f"{__name__}.compare")
+        if compare is not None:
+            compare.stop()
         if _plan is not None:
             _plan, plan = None, _plan
             plan.registry.revert_all()
@@ -215,8 +234,6 @@ def uninstall() -> None:
                 _unexport_choice()
                 _forget_compiled_code()
         else:
-            import sys
-
             registry = sys.modules.get(f"{__name__}.registry")
             if registry is not None:  # what an earlier uninstall left behind, if it is ours again
                 registry.revert_left_behind()
@@ -269,10 +286,6 @@ def report() -> str:
     return "\n".join(lines)
 
 
-def _is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
 def _say_once(message: str) -> None:
     """One line per job: rank 0 only, and not again in processes it starts.
 
@@ -287,9 +300,9 @@ def _say_once(message: str) -> None:
     ``logging.lastResort`` is None. transfer's warnings need nothing of the
     kind: the last resort shows them when nothing is configured.
     """
-    from .switches import flag
+    from .settings import flag, is_rank_zero
 
-    if flag("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not _is_rank_zero():
+    if flag("TRANSFER_QUIET") or os.environ.get("_TRANSFER_SAID") or not is_rank_zero():
         return
     os.environ["_TRANSFER_SAID"] = "1"
     if logger.hasHandlers():
@@ -300,7 +313,7 @@ def _say_once(message: str) -> None:
 
 
 def _banner(ctx) -> None:
-    """One short line per job (issue 24): the target, what computes otherwise than on CUDA, where the detail is.
+    """One short line per job: the target, what computes otherwise than on CUDA, where the detail is.
 
     What runs otherwise is always said (the bar: never silently); its long form, each translation
     (nccl -> gloo among them) and every call site are the detail, on request: TRANSFER_REPORT=FILE
@@ -308,7 +321,9 @@ def _banner(ctx) -> None:
     """
     profile = ctx.profile
     instead = "".join(f"; {what} runs as {how.split(' (')[0]}" for what, how in ctx.substitutions.items())
-    path = os.environ.get("TRANSFER_REPORT")
+    from .settings import report_path
+
+    path = report_path()
     detail = f"report at exit: {path}" if path else "details: TRANSFER_REPORT=FILE"
     _say_once(f"transfer: CUDA calls run on {profile.device_type} ({profile.vendor}){instead}; {detail}")
     if path:
@@ -324,7 +339,7 @@ def _write_report(path: str) -> None:
     try:
         with open(path, "w") as fh:
             json.dump(status(), fh, indent=2, default=str)
-    except OSError as exc:  # checked at install (switches.py); the folder went away since: one line at exit
+    except OSError as exc:  # checked at install (settings.py); the folder went away since: one line at exit
         import sys
 
         sys.stderr.write(f"transfer: TRANSFER_REPORT={path!r} could not be written at exit ({exc}); "

@@ -258,7 +258,7 @@ call_drawing(FastCall *fc, PyObject *args, PyObject *kwargs)
     return PyObject_Call(fc->twin, args, kwargs);
 }
 
-/* The cpu target's Module.to (cpu_target.module_to): no keyword, and a first argument
+/* The cpu target's Module.to (cpu/target.py module_to): no keyword, and a first argument
  * after self that is no device spec (model.to(torch.bfloat16)): the original at once. */
 static PyObject *
 call_method(FastCall *fc, PyObject *args, PyObject *kwargs)
@@ -573,8 +573,17 @@ fc_get_twin(PyObject *self, void *closure)
     return twin;
 }
 
+/* The twin's closure cells this object reads, (last, plain) (None where its kind reads none): the
+ * contract with the twin (patches/_calls.py TWIN_CELLS), checked by tests/test_twin_cells.py. */
+static PyObject *
+fc_get_cells(PyObject *self, void *closure)
+{
+    FastCall *fc = (FastCall *)self;
+    return PyTuple_Pack(2, fc->last, fc->plain);
+}
+
 /* Pickles by reference, as a function does: pickle looks __module__.__qualname__ up and
- * checks it finds this object (transfer/likeness.py); copy/deepcopy return it. */
+ * checks it finds this object (transfer/presentation.py); copy/deepcopy return it. */
 static PyObject *
 fc_reduce(PyObject *self, PyObject *unused)
 {
@@ -624,6 +633,7 @@ static PyGetSetDef fc_getset[] = {
     {"__qualname__", fc_get_named, fc_set_named, NULL, "__qualname__"},
     {"__module__", fc_get_named, fc_set_named, NULL, "__module__"},
     {"__transfer_python__", fc_get_twin, NULL, "the Python wrapper this object stands in for", NULL},
+    {"__transfer_cells__", fc_get_cells, NULL, "the twin's closure cells read here: (last, plain)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

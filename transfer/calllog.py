@@ -10,14 +10,14 @@ torch versions: they are left out, so one script logs the same sites on every
 torch. JSON lines in ``<dir>/transfer-log-rank<R>.jsonl``, each process under
 its real rank (from RANK, or from init_process_group for mp.spawn workers; the
 main process of an mp.spawn job writes ``transfer-log-main.jsonl``: see
-`_Sink`); the process that started the job prints one summary at exit. The
+`transfer.logfiles`); the process that started the job prints one summary at exit. The
 same records feed `transfer.status()['call_sites']` and `transfer.report()`.
 
 Free when off: `attach` runs only when TRANSFER_LOG is set, and it wraps the
 already installed replacements; with it unset nothing is wrapped (``Tensor.is_cuda``
 stays the target's own C getter). With it on:
 
-* functions get a logging layer named and pickled as the original (likeness.py);
+* functions get a logging layer named and pickled as the original (presentation.py);
 * wrapt wrappers (DDP, DataParallel, DataLoader, amp, distributed, torch.load)
   get a new wrapper around the patch's own: the patch's call to torch's original
   is observed, so "became" is what the patch really passed on
@@ -45,22 +45,21 @@ the code's line table, ~1 us in a long function such as autograd's _make_grads.
 
 from __future__ import annotations
 
-import atexit
 import inspect
-import json
 import linecache
 import os
 import sys
 import threading
 import time
-from collections import Counter
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
 from . import frames, support
 from .devices import parse_cuda
-from .likeness import PathWrapper, alias_meta, present
+from .logfiles import Sink
+from .presentation import PathWrapper, alias_meta, present
+from .registry import MISSING
 
 # Areas not listed decide nothing a user's CUDA call asks: environment (variables set once at
 # install, shown by status()), accelerator (torch.accelerator is device-generic), dynamo (torch.compile's
@@ -100,16 +99,16 @@ _ALWAYS_ROWS = ("torch.distributed.is_nccl_available", "torch.nn.SyncBatchNorm",
 
 
 class CallLog:
-    """The records of one install (status()['call_sites']); they go to this process's `_Sink`."""
+    """The records of one install (status()['call_sites']); they go to this process's `Sink`."""
 
-    def __init__(self, directory: str, ctx):
+    def __init__(self, directory: str, ctx, plan=None):
         self.ctx = ctx
-        # TRANSFER_PLAN=<profile> (transfer-run --plan): classes and "became" are the planned target's, from the
-        # support table, whatever runs the job now (real CUDA: transfer/plan.py; the cpu target; a vendor)
-        self.plan = planned_profile()
+        # `plan` (TRANSFER_PLAN, transfer-run --plan: `transfer.plan.planned`): classes and "became" are the
+        # planned target's, from the support table, whatever runs the job now (real CUDA; the cpu target; a vendor)
+        self.plan = None if plan is None else plan.profile
         self.profile = self.plan or ctx.profile
-        self.target = ctx.target if self.plan in (None, ctx.profile) else _plan_target(self.plan)
-        self.sink = _Sink.of_process(directory)
+        self.target = ctx.target if self.plan in (None, ctx.profile) else plan.target
+        self.sink = Sink.of_process(directory)
         self.records: List[Dict[str, Any]] = []
         self._sites: set = set()  # (api, file, line): one record per site even for two code objects on a line
         self._lock = threading.Lock()
@@ -136,188 +135,8 @@ class CallLog:
             self.sink.write(record)
 
     def close(self) -> None:
-        """The end of the install (`transfer.uninstall`): this process's log ends with it (`_Sink.finish`)."""
+        """The end of the install (`transfer.uninstall`): this process's log ends with it (`Sink.finish`)."""
         self.sink.finish()
-
-
-class _Sink:
-    """Where this process's records go: ``transfer-log-rank<R>.jsonl`` under its real rank.
-
-    The rank comes from RANK (torchrun and other launchers set it before the process starts), else
-    from init_process_group (mp.spawn workers learn it there; `adopt_rank`). Until then records go to
-    ``transfer-log-pid<PID>.jsonl``, whose lines are rewritten under the rank once it is known. A
-    process that ends without a rank is the job's main process when other processes of its job logged
-    under a rank (the parent of mp.spawn workers: ``transfer-log-main.jsonl``), else the job's only
-    process (rank 0). The job is named in the environment by its first logging process
-    (``_TRANSFER_LOG_JOB``), which every process it starts inherits; that first process prints the
-    job's one summary at exit, when its workers have finished. (A launcher that does not run transfer
-    leaves each rank first: there rank 0 prints its own summary.)
-    """
-
-    _current: Optional["_Sink"] = None
-
-    def __init__(self, directory: str):
-        self.directory = directory
-        os.makedirs(directory, exist_ok=True)
-        inherited = os.environ.get(_JOB_ENV)
-        self.first = inherited is None  # started the job's logging: prints its summary
-        self.job = inherited or f"{os.getpid()}-{time.time_ns() if hasattr(time, 'time_ns') else time.time()}"
-        os.environ[_JOB_ENV] = self.job
-        self.owner_pid = os.getpid()
-        rank = os.environ.get("RANK", "").strip()
-        self.rank_from_env = rank.isdigit()
-        self.rank: Optional[int] = int(rank) if self.rank_from_env else None
-        self.name: Optional[str] = None if self.rank is None else f"rank{self.rank}"
-        self.records: List[Dict[str, Any]] = []  # this process's records, every install
-        self._file = None  # opened on the first record, so a process logging nothing writes nothing
-        self._lock = threading.RLock()
-        atexit.register(self.at_exit)
-
-    @classmethod
-    def of_process(cls, directory: str) -> "_Sink":
-        sink = cls._current
-        if sink is None or sink.directory != directory or sink.owner_pid != os.getpid():  # a forked child: its own
-            sink = cls._current = cls(directory)
-        return sink
-
-    def path(self, name: Optional[str] = None) -> str:
-        name = name or self.name or f"pid{os.getpid()}"
-        return os.path.join(self.directory, f"transfer-log-{name}.jsonl")
-
-    def write(self, record: Dict[str, Any]) -> None:
-        with self._lock:
-            if self.rank is None:
-                self.adopt_rank()
-            record["rank"] = self.rank
-            record["job"] = self.job
-            self.records.append(record)
-            if self._file is None:
-                self._file = open(self.path(), "a", encoding="utf-8")
-            self._file.write(json.dumps(record) + "\n")
-            self._file.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.flush()
-
-    def adopt_rank(self, rank: Optional[int] = None) -> None:
-        """Take the rank of the default process group (or `rank`) if this process has none yet."""
-        with self._lock:
-            if self.rank is not None:
-                return
-            if rank is None:
-                dist = getattr(torch, "distributed", None)
-                if dist is None or not dist.is_available() or not dist.is_initialized():
-                    return
-                rank = dist.get_rank()
-            self._rename(f"rank{rank}", rank)
-
-    def _rename(self, name: str, rank: Optional[int]) -> None:
-        """Move the records written so far to `name`'s file, each with `rank`."""
-        provisional = self.path() if self._file is not None else None
-        self.rank, self.name = rank, name
-        for record in self.records:
-            record["rank"] = rank
-        if provisional is None:
-            return
-        self._file.close()
-        self._file = open(self.path(), "a", encoding="utf-8")
-        self._file.write("".join(json.dumps(r) + "\n" for r in self.records))
-        self._file.flush()
-        os.remove(provisional)
-
-    def finish(self) -> None:
-        """End this process's log now, as at exit: `transfer.uninstall` takes the log with the patches.
-
-        The file gets its final name and is closed, the summary is printed by the process that prints
-        it, and nothing is left for exit (a log directory removed after uninstall, a pytest temporary
-        one, is never touched again). An install after it starts a new log (a new job).
-        """
-        atexit.unregister(self.at_exit)
-        if _Sink._current is self:
-            _Sink._current = None
-        self.at_exit()
-        if self.first and os.environ.get(_JOB_ENV) == self.job:
-            del os.environ[_JOB_ENV]
-
-    def at_exit(self) -> None:
-        try:
-            self._end()
-        except OSError as exc:  # the directory went away or filled up: one line, never a traceback at exit
-            sys.stderr.write(f"transfer: the call-site log in {self.directory} could not be completed: {exc}\n")
-
-    def _end(self) -> None:
-        with self._lock:
-            if self.rank is None and self.name is None:
-                self.adopt_rank()
-            if self.rank is None and self.name is None and self.first:
-                # The parent of ranked workers is the job's main process; alone, it is rank 0.
-                if self._job_files(others_only=True):
-                    self._rename("main", None)
-                else:
-                    self._rename("rank0", 0)
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-            files = {}
-            if self.first and not self.rank_from_env:  # the job's summary, once its workers have finished
-                files = self._job_files()
-            elif self.first and self.rank == 0:  # ranks started by a launcher without transfer: rank 0's own
-                files = {os.path.basename(self.path()): self.records} if self.records else {}
-            summary = self._summary(files)
-            if summary:
-                sys.stderr.write(summary + "\n")
-
-    def _job_files(self, others_only: bool = False) -> Dict[str, List[Dict[str, Any]]]:
-        """This job's records in the directory, by file name (other jobs may share the directory)."""
-        found: Dict[str, List[Dict[str, Any]]] = {}
-        try:
-            names = sorted(os.listdir(self.directory))
-        except OSError:
-            return found
-        for name in names:
-            if not (name.startswith("transfer-log-") and name.endswith(".jsonl")):
-                continue
-            try:
-                with open(os.path.join(self.directory, name), encoding="utf-8") as fh:
-                    lines = fh.readlines()
-            except OSError:
-                continue
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if record.get("job") == self.job and not (others_only and record.get("pid") == os.getpid()):
-                    found.setdefault(name, []).append(record)
-        return found
-
-    def _summary(self, files: Dict[str, List[Dict[str, Any]]]) -> Optional[str]:
-        records = [r for rs in files.values() for r in rs]
-        if not records:
-            return None
-        counts = Counter(r["class"] for r in records)
-        where = (os.path.join(self.directory, next(iter(files))) if len(files) == 1 else
-                 f"{self.directory} ({', '.join(files)})")
-        return (f"transfer: {len(records)} CUDA-facing call site(s) logged in {where} ("
-                + ", ".join(f"{n} {c}" for c, n in sorted(counts.items())) + ")")
-
-
-_JOB_ENV = "_TRANSFER_LOG_JOB"
-
-
-def forget_process_log() -> None:
-    """Drop this process's log state (its directory was removed): nothing is renamed or summarised at exit."""
-    sink, _Sink._current = _Sink._current, None
-    if sink is not None:
-        atexit.unregister(sink.at_exit)
-        with sink._lock:
-            if sink._file is not None:
-                sink._file.close()
-                sink._file = None
-        if sink.first and os.environ.get(_JOB_ENV) == sink.job:
-            del os.environ[_JOB_ENV]
 
 
 def _args(args: tuple, kwargs: dict) -> str:
@@ -345,13 +164,14 @@ def _is_launcher() -> bool:
 
 
 # ----------------------------------------------------------------------- attach
-def attach(ctx, directory: str) -> CallLog:
+def attach(ctx, directory: str, plan=None) -> CallLog:
     """Wrap the installed replacements of the CUDA-facing areas so each call site is logged once.
 
-    Each wrapped record's ``replacement`` is the logging object, installed in its
-    place; `Registry.revert_all` restores the originals as for any record.
+    Each wrapped record's replacement becomes the logging layer (`Registry.layer`);
+    `Registry.revert_all` restores the originals as for any record. `plan`: the
+    rehearsal's planned target (`transfer.plan.planned`), None to log for the running one.
     """
-    log = CallLog(directory, ctx)
+    log = CallLog(directory, ctx, plan)
     if ctx.registry.enabled("sync_batchnorm"):  # no patch changes SyncBatchNorm's constructor: watch it
         ctx.registry.wrap("sync_batchnorm.log", torch.nn.SyncBatchNorm, "__init__",
                           lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs))
@@ -366,16 +186,13 @@ def attach(ctx, directory: str) -> CallLog:
         elif inspect.isclass(replacement):
             wrapped = _logging_class(log, api, replacement)
         elif callable(replacement) and not isinstance(replacement, property):
-            from .registry import _MISSING
-
-            original = None if record.original is _MISSING else record.original
+            original = None if record.original is MISSING else record.original
             logged = _logging(log, api, replacement, method=api.startswith(("Tensor.", "Module."))
                               or record.attribute == "__init__")
             wrapped = present(record.owner, record.attribute, original, logged)
         else:
             continue
-        setattr(record.owner, record.attribute, wrapped)
-        record.replacement = wrapped
+        ctx.registry.layer(record, wrapped)
     ctx.registry.on_revert("calllog.close", log.close)
     return log
 
@@ -407,37 +224,6 @@ def _support(log: CallLog, api: str) -> support.Support:
     if api.startswith("torch.cuda."):
         return support.lookup(log.profile.name, api)
     return support.lookup(log.profile.name, _ROWS.get(api, "device='cuda'"))
-
-
-def planned_profile():
-    """The profile TRANSFER_PLAN names (None when unset); a bad name raises TransferError naming the choices."""
-    from .profiles import PROFILES
-
-    name = os.environ.get("TRANSFER_PLAN", "").strip().lower()
-    if not name:
-        return None
-    if name not in PROFILES:
-        from .errors import TransferError
-
-        raise TransferError(f"TRANSFER_PLAN={name!r}: not a target; choose one of {', '.join(PROFILES)}")
-    return PROFILES[name]
-
-
-class _PlanTarget:
-    """The planned target's device translation, as text ("cuda:1" -> "npu:1"): its plug-in is not loaded here."""
-
-    def __init__(self, device_type: str):
-        self.device_type = device_type
-
-    def translate(self, value: Any, check: bool = False) -> Any:
-        parsed = parse_cuda(value)
-        if parsed is None:
-            return value
-        return self.device_type if parsed[0] is None else f"{self.device_type}:{parsed[0]}"
-
-
-def _plan_target(profile):
-    return _PlanTarget(profile.device_type)
 
 
 def _cuda_value(value: Any) -> bool:

@@ -24,7 +24,8 @@ to run an unmodified CUDA script on a target (not a subcommand of this tool):
   python -m transfer [--device X] train.py      (or add `from transfer import auto as _` to the script)
 variables: TRANSFER_DEVICE (the target), TRANSFER_LOG=DIR (log every CUDA-facing call site; transfer-run --log DIR),
   TRANSFER_REPORT=FILE (what was translated, as JSON at exit), TRANSFER_QUIET=1, TRANSFER_STRICT=1,
-  TRANSFER_DISABLE=NAME,...; the README lists them all."""
+  TRANSFER_DISABLE=NAME,..., TRANSFER_COMPARE=nonfinite|shadow|record:F|against:F (where the run stops computing
+  what CUDA computes: docs/accuracy.md); docs/usage.md lists them all."""
 
 
 def _parser() -> argparse.ArgumentParser:

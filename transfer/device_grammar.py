@@ -22,7 +22,7 @@ known type names are an argument because they change between torch versions
 (2.0 lists ``ort``, 2.13 ``maia``) and a vendor plug-in adds its own. At run
 time transfer never shows this module's messages: a string that is not a CUDA
 device is handed to torch unchanged, and torch raises its own error.
-``tests/test_faithful_parse.py`` checks this parser against ``torch.device``
+``tests/test_device_grammar.py`` checks this parser against ``torch.device``
 over generated strings.
 """
 

@@ -28,6 +28,10 @@ from .device_grammar import cuda_index
 from .errors import TransferError
 from .frames import caller_site
 
+#: The C base class of torch.Tensor, whose methods are torch's own whatever is patched on Tensor
+#: (torch < 2.3 names it `_TensorBase`).
+TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+
 #: Argument types that can name a device; anything else is passed through.
 DEVICE_SPEC_TYPES = frozenset({str, int, torch.device})
 _CACHE_LIMIT = 512  # distinct arguments per API; past that, translate uncached
@@ -133,7 +137,7 @@ def _dynamo_is_compiling() -> bool:
 
 
 # torch < 2.3 has no torch.compiler.is_compiling (torch 2.0 has no torch.compiler).
-_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _dynamo_is_compiling
+is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or _dynamo_is_compiling
 
 
 class Translator:
@@ -155,7 +159,7 @@ class Translator:
         return result
 
     def miss(self, spec: Any) -> Any:
-        if _is_compiling():
+        if is_compiling():
             # Inside a traced graph: pure computation only (no env reads, frame
             # walking or cache growth), so torch.compile sees no graph break.
             return self.target.translate(spec, check=False)

@@ -7,7 +7,8 @@ placeholder, unsupported), what the call becomes there ("became": ``cuda:1 ->
 npu:1``) and why ("reason"). Each record names the plan (``"plan": "npu"``).
 
 * Where transfer runs the job (a vendor, the cpu target), the shim translates
-  as always and the log classifies for the plan (calllog reads TRANSFER_PLAN).
+  as always and the log classifies for the plan (`planned` reads TRANSFER_PLAN;
+  transfer.install passes the plan to `calllog.attach`).
 * On real CUDA, where ``auto`` installs nothing, `observe` installs nothing
   that changes a result: each CUDA-facing entry point (the ``torch.cuda``
   functions, ``Tensor.cuda``/``to``, ``Module.cuda``/``to``, the factories, the
@@ -25,11 +26,54 @@ those).
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional
+import sys
+from typing import Any, List, NamedTuple, Optional
 
 import torch
 
-from . import support
+from . import settings, support
+from .devices import parse_cuda
+
+
+class Plan(NamedTuple):
+    """The rehearsal's planned target: its profile, and its device translation as text (`calllog.attach` takes it)."""
+
+    profile: Any  # transfer.profiles.Profile
+    target: "PlanTarget"
+
+
+def planned() -> Optional[Plan]:
+    """The plan TRANSFER_PLAN names (None when unset); a bad name raises TransferError naming the choices."""
+    profile = planned_profile()
+    return None if profile is None else Plan(profile, PlanTarget(profile.device_type))
+
+
+def planned_profile():
+    """The profile TRANSFER_PLAN names (None when unset); a bad name raises TransferError naming the choices."""
+    from .profiles import PROFILES
+
+    name = settings.plan_name()
+    if not name:
+        return None
+    if name not in PROFILES:
+        from .errors import TransferError
+
+        raise TransferError(f"TRANSFER_PLAN={name!r}: not a target.{settings.did_you_mean(name, PROFILES)} Choose one "
+                            f"of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+class PlanTarget:
+    """The planned target's device translation, as text ("cuda:1" -> "npu:1"): its plug-in is not loaded here."""
+
+    def __init__(self, device_type: str):
+        self.device_type = device_type
+
+    def translate(self, value: Any, check: bool = False) -> Any:
+        parsed = parse_cuda(value)
+        if parsed is None:
+            return value
+        return self.device_type if parsed[0] is None else f"{self.device_type}:{parsed[0]}"
 
 
 def _functions() -> List[tuple]:
@@ -70,7 +114,7 @@ def _backend_call(log, name: str, fn):
 
     @functools.wraps(fn)
     def logged(*args, **kwargs):
-        frame = frames.user_frame(__import__("sys")._getframe(1))
+        frame = frames.user_frame(sys._getframe(1))
         if frame is not None and (frame.f_code, frame.f_lasti) not in seen:
             seen.add((frame.f_code, frame.f_lasti))
             backend = kwargs.get("backend", args[0] if args and name == "init_process_group" else None)
@@ -95,10 +139,11 @@ def observe(directory: str, profile_name: Optional[str] = None) -> Any:
 
     if profile_name is not None:
         os.environ["TRANSFER_PLAN"] = profile_name
-    profile = calllog.planned_profile()
-    if profile is None:
+    plan = planned()
+    if plan is None:
         raise ValueError("observe() needs a planned target: TRANSFER_PLAN=<profile> or profile_name")
-    registry = Registry(disabled=os.environ.get("TRANSFER_DISABLE", "").split(","))
+    profile = plan.profile
+    registry = Registry(disabled=settings.disabled())
     for name, owner, attribute in _functions():
         registry.replace(name, owner, attribute, getattr(owner, attribute))
     for name, module, attribute in _WRAPPED:
@@ -108,8 +153,8 @@ def observe(directory: str, profile_name: Optional[str] = None) -> Any:
             registry.wrap(name, target, "__init__", lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs))
         else:
             registry.wrap(name, owner, attribute, lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs))
-    ctx = PatchContext(profile=profile, registry=registry, target=calllog._plan_target(profile), runtime=None)
-    ctx.log = calllog.attach(ctx, directory)
+    ctx = PatchContext(profile=profile, registry=registry, target=plan.target, runtime=None)
+    ctx.log = calllog.attach(ctx, directory, plan)
     if torch.distributed.is_available():
         import torch.distributed as dist
 

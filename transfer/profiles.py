@@ -75,10 +75,39 @@ class Profile(NamedTuple):
     custom_kernels: str = ""
     # torch.compile(...) on the target (transfer/patches/compile_policy.py).
     compile: CompilePolicy = CompilePolicy(inductor="no code generator for the device is known")
+    # torch.cuda names the target's own module has (a vendor's: read in its published sources, and
+    # tests/vendors' stand-ins publish the same; the cpu target's: transfer.cpu.runtime answers them).
+    cuda_api: frozenset = frozenset()
+    # Those of `cuda_api` the target answers with a fixed value rather than a measurement.
+    placeholders: frozenset = frozenset()
+    # CUDA graph names -> the vendor's graph API (patches/graphs.py); empty: transfer's op replay.
+    graphs: Mapping[str, str] = MappingProxyType({})
+    # The variable under which the target's own get_device_capability answers a CUDA-style value
+    # (transfer.support.capability_policy); None: transfer derives the answer.
+    native_capability_env: Optional[str] = None
+    # Why the target's own get_device_capability is no native spelling of CUDA's (`transfer port`'s advice).
+    own_capability: str = ""
+    # DeepSpeed has its own accelerator for the target (deepspeed/accelerator/*_accelerator.py), which its probe
+    # finds; else patches/deepspeed.py gives it one (DeepSpeed's CUDA accelerator under the target's names).
+    deepspeed_accelerator: bool = False
 
     @property
     def is_cpu(self) -> bool:
         return self.device_type == "cpu"
+
+
+# torch.cuda names, grouped as the targets' modules provide them (`Profile.cuda_api`).
+_DEVICE = ("is_available", "device_count", "is_initialized", "init", "set_device", "current_device",
+           "device", "device_of", "synchronize")
+_STREAMS = ("Stream", "Event", "StreamContext", "stream", "set_stream", "current_stream", "default_stream")
+_RNG = ("default_generators", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+        "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all")
+_MEMORY = ("empty_cache", "memory_stats", "memory_stats_as_nested_dict", "reset_accumulated_memory_stats",
+           "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
+           "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+           "memory_cached", "max_memory_cached", "mem_get_info", "memory_summary")
+_COMMON = _DEVICE + _STREAMS + _RNG + _MEMORY + ("get_device_name", "get_device_properties", "is_bf16_supported")
+_GRAPHS = ("graph", "graph_pool_handle", "make_graphed_callables")
 
 
 def _env(**renames: EnvRename) -> Mapping[str, EnvRename]:
@@ -111,6 +140,16 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                     tf32="TF32 is CUDA's; the npu's counterpart, HF32 (torch.npu.matmul.allow_hf32, "
                     "torch.npu.conv.allow_hf32), is not switched: matmuls keep torch_npu's default"),
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
+                cuda_api=frozenset(_COMMON + ("can_device_access_peer", "get_device_capability",
+                                              "is_current_stream_capturing", "memory_snapshot", "get_allocator_backend",
+                                              "_lazy_init", "_is_in_bad_fork") + _GRAPHS),
+                # torch_npu's NPUGraph family (read in the 2.13.0 wheel's torch_npu/npu/graphs.py)
+                graphs=MappingProxyType({"CUDAGraph": "NPUGraph", "is_current_stream_capturing":
+                                         "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),
+                native_capability_env="TORCH_NPU_DEVICE_CAPABILITY",
+                deepspeed_accelerator=True,
+                own_capability="torch_npu's own torch.npu.get_device_capability() returns None unless "
+                "TORCH_NPU_DEVICE_CAPABILITY is set",
                 custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
                 "from PyTorch through torch_npu's custom-operator adaptation (OpPlugin) or a C++ extension "
                 "registering the op for PrivateUse1",
@@ -145,6 +184,9 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                     inductor="torch_sdaa is not known to register a dynamo backend or inductor code generation "
                     "for sdaa (tests/vendors/README.md)", tf32="TF32 is CUDA's; no sdaa counterpart is known"),
                 visible_devices_env="SDAA_VISIBLE_DEVICES",
+                cuda_api=frozenset(_COMMON + ("_lazy_init", "_is_in_bad_fork")),
+                own_capability="torch_sdaa has no get_device_capability",
+                deepspeed_accelerator=True,
                 custom_kernels="kernels in Tecorigin's own device language from its SDK, registered for "
                 "PrivateUse1 through torch_sdaa's extension mechanism",
                 # tccl is NCCL-derived and keeps NCCL's variable names (and, assumed, the interface
@@ -167,6 +209,11 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                     inductor="torch_gcu is not known to register a dynamo backend or inductor code generation "
                     "for gcu (tests/vendors/README.md)", tf32="TF32 is CUDA's; no gcu counterpart is known"),
                 visible_devices_env="TOPS_VISIBLE_DEVICES",
+                cuda_api=frozenset(_COMMON + ("can_device_access_peer", "get_device_capability",
+                                              "is_current_stream_capturing", "memory_snapshot", "get_allocator_backend",
+                                              "_lazy_init", "_is_in_bad_fork")),
+                own_capability="torch_gcu's own torch.gcu.get_device_capability() is Enflame's numbering (3.0), "
+                "not CUDA's",
                 custom_kernels="kernels in Enflame's own device language from its TopsRider SDK, registered "
                 "for PrivateUse1 through torch_gcu's extension mechanism",
                 # eccl is NCCL-derived and keeps NCCL's names under its prefix: Enflame's ECCL setup scripts
@@ -174,7 +221,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 # ECCL_IB_HCA (NCCL's syntax: '^=mlx5_10,mlx5_11', 'mlx5_bond_0,...') and ECCL_IB_GID_INDEX=3;
                 # torch_gcu's process group reads TORCH_ECCL_* (Enflame's vLLM worker sets
                 # TORCH_ECCL_AVOID_RECORD_STREAMS; guides set TORCH_ECCL_ASYNC_ERROR_HANDLING). Seed 004's
-                # NCCL_IB_* settings were dropped on gcu before (issue 23).
+                # NCCL_IB_* settings used to be dropped on gcu.
                 env=_env(
                     NCCL_SOCKET_IFNAME=EnvRename(
                         "ECCL_SOCKET_IFNAME", note="passed as written: eccl is NCCL-derived, NCCL's syntax assumed "
@@ -200,6 +247,14 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                     tf32="float32 matmul precision 'high' / 'medium' selects oneDNN's TF32 / BF16 matmuls on the "
                     "CPU, as on CUDA; allow_tf32 = True sets 'high'"),
                 visible_devices_env=None,
+                cuda_api=frozenset(
+                    _DEVICE + _STREAMS + _RNG + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
+                    + ("get_device_name", "get_device_properties", "is_bf16_supported", "get_device_capability",
+                       "is_current_stream_capturing", "ipc_collect", "get_sync_debug_mode", "set_sync_debug_mode",
+                       "is_tf32_supported", "set_per_process_memory_fraction")),
+                placeholders=frozenset({"memory_allocated", "max_memory_allocated", "memory_reserved",
+                                        "max_memory_reserved", "memory_cached", "max_memory_cached", "memory_stats",
+                                        "memory_summary"}),
                 custom_kernels="a C++ CPU implementation built with CppExtension / cpp_extension.load of the "
                 ".cpp sources alone",
                 env=_env(

@@ -49,9 +49,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 import wrapt
 
 from .errors import TransferError
-from .likeness import PathWrapper, present
+from .presentation import PathWrapper, present
 
-_MISSING = object()
+MISSING = object()
 
 logger = logging.getLogger("transfer")
 
@@ -67,7 +67,7 @@ class Record:
         self.attribute = attribute
         self.original = original  # the object found before patching (raw, unbound)
         self.replacement = replacement
-        self.own = own  # what owner.__dict__ held before, or _MISSING if it was inherited/absent
+        self.own = own  # what owner.__dict__ held before, or MISSING if it was inherited/absent
 
     def __repr__(self) -> str:
         return f"<Record {self.name}: {self.describe()}>"
@@ -113,12 +113,12 @@ class Registry:
         with self._lock:
             if self.record_for(owner, attribute) is not None:
                 raise TransferError(f"{name}: {owner!r}.{attribute} is already patched")
-            original = _MISSING
+            original = MISSING
             if hasattr(owner, attribute) or _has_in_mro(owner, attribute):
                 _, _, original = wrapt.resolve_path(owner, attribute)
-            own = vars(owner).get(attribute, _MISSING) if hasattr(owner, "__dict__") else _MISSING
-            # Named as the original and picklable by reference to owner.attribute (likeness.py).
-            replacement = present(owner, attribute, None if original is _MISSING else original, replacement)
+            own = vars(owner).get(attribute, MISSING) if hasattr(owner, "__dict__") else MISSING
+            # Named as the original and picklable by reference to owner.attribute (presentation.py).
+            replacement = present(owner, attribute, None if original is MISSING else original, replacement)
             wrapt.apply_patch(owner, attribute, replacement)
             record = Record(name, owner, attribute, original, replacement, own)
             self._records[(id(owner), attribute)] = record
@@ -182,6 +182,16 @@ class Registry:
 
         wrapt.register_post_import_hook(on_import, module)
 
+    def layer(self, record: Record, layer: Any) -> None:
+        """Install `layer` (built over `record`'s replacement: the call-site log's) in its place.
+
+        The record keeps its original: `revert_all` restores it as for any record, and
+        `get_original` / `is_patched` answer as before.
+        """
+        with self._lock:
+            setattr(record.owner, record.attribute, layer)
+            record.replacement = layer
+
     def on_revert(self, name: str, undo: Callable[[], None]) -> None:
         """Remember `undo` for a change that is not an attribute assignment."""
         with self._lock:
@@ -236,7 +246,7 @@ class Registry:
         with self._lock:
             by_name: Dict[str, Dict[int, Record]] = {}
             for record in self._records.values():
-                if not isinstance(record.owner, types.ModuleType) or record.original is _MISSING:
+                if not isinstance(record.owner, types.ModuleType) or record.original is MISSING:
                     continue
                 if record.name.split(".", 1)[0] == area:
                     continue
@@ -318,7 +328,7 @@ class Registry:
         record = self.record_for(owner, attribute)
         if record is None:
             return getattr(owner, attribute)
-        if record.original is _MISSING:
+        if record.original is MISSING:
             raise AttributeError(f"{owner!r} had no attribute {attribute!r} before patching")
         return record.original
 
@@ -334,19 +344,19 @@ def _has_in_mro(owner: Any, attribute: str) -> bool:
 
 
 def _current(owner: Any, attribute: str) -> Any:
-    """What `owner` itself holds for `attribute` now (not inherited), or _MISSING."""
+    """What `owner` itself holds for `attribute` now (not inherited), or MISSING."""
     if hasattr(owner, "__dict__"):
-        return vars(owner).get(attribute, _MISSING)
-    return getattr(owner, attribute, _MISSING)
+        return vars(owner).get(attribute, MISSING)
+    return getattr(owner, attribute, MISSING)
 
 
 def _restore(record: Record) -> None:
-    if record.own is _MISSING:
+    if record.own is MISSING:
         try:
             delattr(record.owner, record.attribute)
         except AttributeError:
             pass
-        if record.original is not _MISSING and not hasattr(record.owner, record.attribute):
+        if record.original is not MISSING and not hasattr(record.owner, record.attribute):
             setattr(record.owner, record.attribute, record.original)
     else:
         setattr(record.owner, record.attribute, record.own)
@@ -359,7 +369,7 @@ _LEFT_LOCK = threading.RLock()
 
 def _leave_behind(record: Record, current: Any) -> None:
     where = record.describe()
-    if current is _MISSING:
+    if current is MISSING:
         now = "it was deleted"
     else:
         now = f"it now holds {_describe(current)}"
@@ -395,10 +405,10 @@ def _reaches(obj: Any, target: Any) -> bool:
     seen = set()
     for _ in range(100):
         try:
-            obj = getattr(obj, "__wrapped__", _MISSING)
+            obj = getattr(obj, "__wrapped__", MISSING)
         except Exception:  # a proxy whose attribute access fails
             return False
-        if obj is _MISSING or id(obj) in seen:
+        if obj is MISSING or id(obj) in seen:
             return False
         if obj is target:
             return True

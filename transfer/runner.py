@@ -25,6 +25,7 @@ import os
 import sys
 from typing import List, MutableMapping, Optional
 
+from . import settings
 from .selection import FROM_FLAG_ENV
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
@@ -34,21 +35,26 @@ def prepare_environment(env: MutableMapping[str, str], device: Optional[str]) ->
     """Set TRANSFER_DEVICE and PYTHONPATH in `env` for processes started from it."""
     from .selection import requested
 
-    env["TRANSFER_DEVICE"] = requested(device or env.get("TRANSFER_DEVICE"), source="--device" if device else None)
+    env["TRANSFER_DEVICE"] = requested(device or settings.value("TRANSFER_DEVICE", env),
+                                       source="--device" if device else None)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *parts])
 
 
 def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
+    also = ("" if prog != "python -m transfer" else
+            "python -m transfer scan|port|docs|--version is the `transfer` command (offline tools).")
     parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
                                      "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off). A .py file "
-                                     "as the command runs with this Python.")
+                                     "as the command runs with this Python.", epilog=also or None)
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
     parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
                         "rank, in DIR (sets TRANSFER_LOG)")
     parser.add_argument("--plan", metavar="TARGET", help="rehearse a port: run the job where it runs (real CUDA "
                         "included) and log each CUDA-facing call site with what TARGET (npu, sdaa, gcu, cpu) will do "
                         "with it, from the support table (sets TRANSFER_PLAN; needs --log or TRANSFER_LOG)")
+    parser.add_argument("--compare", metavar="MODE", help="accuracy mode: nonfinite, shadow, record:FILE or "
+                        "against:FILE, with :every=N,steps=A-B,... (sets TRANSFER_COMPARE; docs/accuracy.md)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help=command_help)
     return parser
 
@@ -63,13 +69,23 @@ def _parse(prog: str, command_help: str, usage: str, argv: Optional[List[str]]):
         return None
     if args.log:
         os.environ["TRANSFER_LOG"] = os.path.abspath(args.log)
+    if args.compare:
+        from .compare.options import parse
+
+        try:
+            parse(args.compare)
+        except TransferError as exc:
+            print(f"{prog}: --compare: {exc}", file=sys.stderr)
+            return None
+        os.environ["TRANSFER_COMPARE"] = args.compare
     if args.plan:
         from .profiles import PROFILES
 
         if args.plan.strip().lower() not in PROFILES:
-            print(f"{prog}: --plan {args.plan}: not a target; choose one of {', '.join(PROFILES)}", file=sys.stderr)
+            print(f"{prog}: --plan {args.plan}: not a target;{settings.did_you_mean(args.plan.strip().lower(), PROFILES)} "
+                  f"choose one of {', '.join(PROFILES)}", file=sys.stderr)
             return None
-        if not os.environ.get("TRANSFER_LOG", "").strip():
+        if not settings.log_directory():
             print(f"{prog}: --plan writes its findings to the call-site log: add --log DIR", file=sys.stderr)
             return None
         os.environ["TRANSFER_PLAN"] = args.plan.strip().lower()

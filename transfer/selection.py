@@ -10,7 +10,6 @@ that imports without devices is skipped with a warning naming it.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import logging
@@ -19,6 +18,7 @@ import re
 import sys
 from typing import Callable, Optional, Tuple
 
+from . import settings
 from .errors import NoDeviceError, UnknownDeviceError, VendorPackageMissing
 from .profiles import AUTO, CHOICES, OFF, PROFILES, Profile
 
@@ -34,11 +34,10 @@ def requested(device: Optional[str] = None, source: Optional[str] = None) -> str
     A value that names no target raises `UnknownDeviceError` naming where it came from (`source`:
     ``--device`` for transfer-run's flag; default TRANSFER_DEVICE), the closest choice and them all.
     """
-    value = device if device is not None else os.environ.get("TRANSFER_DEVICE", "")
+    value = device if device is not None else settings.value("TRANSFER_DEVICE")
     value = (value or AUTO).strip().lower()
     if value not in CHOICES:
-        close = difflib.get_close_matches(value, CHOICES, n=1, cutoff=0.5)
-        guess = f" Did you mean '{close[0]}'?" if close else ""
+        guess = settings.did_you_mean(value, CHOICES, cutoff=0.5)
         where = f"{source} {value!r}" if source and source.startswith("-") else f"{source or 'TRANSFER_DEVICE'}={value!r}"
         raise UnknownDeviceError(
             f"{where} is not a known target.{guess} Choose one of: {', '.join(CHOICES)} "
@@ -121,7 +120,7 @@ def _import_vendor(profile: Profile) -> None:
 
 
 def install_hint(profile: Profile, torch_version: Optional[str] = None) -> str:
-    """How to get `profile`'s plug-in without replacing the installed torch (issue 24 item 2).
+    """How to get `profile`'s plug-in without replacing the installed torch.
 
     torch_npu is released once per torch release and requires exactly it (torch_npu 2.14.0:
     ``torch==2.14.0.*``), so an unpinned ``pip install torch_npu`` (or an extra) would swap a
@@ -186,7 +185,7 @@ def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
 
 def _skipped(failures, then: str) -> None:
     """One warning per vendor package auto passed over (rank 0: the same on every rank)."""
-    if os.environ.get("RANK", "0") != "0":
+    if not settings.is_rank_zero():
         return
     for profile, exc in failures:
         logger.warning("transfer: auto skips %s (%s): %s%s", profile.package, profile.vendor, _reason(exc), then)
@@ -199,7 +198,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _auto_refuses(broken) -> VendorPackageMissing:
-    """An installed vendor plug-in that fails to import stops `auto` (decided, issue 17).
+    """An installed vendor plug-in that fails to import stops `auto` (decided).
 
     Whoever installed torch_npu on a machine and wrote ``from transfer import auto`` wants the
     accelerator; the everyday failure (CANN's set_env.sh not sourced: "libascendcl.so: cannot open

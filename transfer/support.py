@@ -12,9 +12,10 @@ what the call becomes, and why. `lookup(profile, api)` answers it.
 Contract for ``torch.cuda.<name>`` (the API ``"torch.cuda.<name>"``), decided
 in this order, exactly as `patches/cuda_namespace.py` behaves:
 
-1. the target's module has the name (`VENDOR_API` for a vendor, `CPU_API`
-   for the cpu target): translated to ``torch.<device>.<name>`` (placeholder
-   when the target answers with a fixed value: `PLACEHOLDERS`);
+1. the target's module has the name (the profile's `cuda_api`; the cpu
+   target's module is `transfer.cpu.runtime`): translated to
+   ``torch.<device>.<name>`` (placeholder when the target answers with a fixed
+   value: the profile's `placeholders`);
 2. torch calls it on itself (`INTERNAL_DEFAULTS`): a silent fixed answer;
 3. harmless to skip (`HARMLESS`): no-op (returns None) or placeholder (returns
    a fixed value), with one warning;
@@ -30,6 +31,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .profiles import PROFILES
+from .dropins import FLASH_ATTN_VERSION
 
 TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED = "translated", "no-op", "placeholder", "unsupported"
 CLASSES = (TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED)
@@ -70,42 +72,6 @@ CUDA_NAMES: Tuple[str, ...] = (
     "_lazy_init", "_is_in_bad_fork",
 )
 
-_DEVICE = ("is_available", "device_count", "is_initialized", "init", "set_device", "current_device",
-           "device", "device_of", "synchronize")
-_STREAMS = ("Stream", "Event", "StreamContext", "stream", "set_stream", "current_stream", "default_stream")
-_RNG = ("default_generators", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
-        "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all")
-_MEMORY = ("empty_cache", "memory_stats", "memory_stats_as_nested_dict", "reset_accumulated_memory_stats",
-           "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
-           "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-           "memory_cached", "max_memory_cached", "mem_get_info", "memory_summary")
-_COMMON = _DEVICE + _STREAMS + _RNG + _MEMORY + ("get_device_name", "get_device_properties", "is_bf16_supported")
-
-#: torch.cuda names each vendor's ``torch.<device>`` module has (read in the
-#: vendors' published sources; tests/vendors' stand-ins publish the same names).
-VENDOR_API: Mapping[str, frozenset] = {
-    "npu": frozenset(_COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
-                                "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork",
-                                "graph", "graph_pool_handle", "make_graphed_callables")),
-    "sdaa": frozenset(_COMMON + ("_lazy_init", "_is_in_bad_fork")),
-    "gcu": frozenset(_COMMON + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
-                                "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
-}
-
-#: torch.cuda names `transfer.cpu_runtime` answers for the cpu target.
-CPU_API = frozenset(
-    _DEVICE + _STREAMS + _RNG + tuple(n for n in _MEMORY if n != "memory_stats_as_nested_dict")
-    + ("get_device_name", "get_device_properties", "is_bf16_supported", "get_device_capability",
-       "is_current_stream_capturing", "ipc_collect", "get_sync_debug_mode", "set_sync_debug_mode",
-       "is_tf32_supported", "set_per_process_memory_fraction")
-)
-
-#: Names a target answers with a fixed value rather than a measurement.
-PLACEHOLDERS: Mapping[str, frozenset] = {
-    "cpu": frozenset({"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                      "memory_cached", "max_memory_cached", "memory_stats", "memory_summary"}),
-}
-
 #: CUDA-only helpers torch calls on itself once torch.cuda.is_available() is
 #: True (nn/modules/_functions.py asks is_current_stream_capturing): a silent answer.
 INTERNAL_DEFAULTS: Mapping[str, Any] = {
@@ -129,7 +95,7 @@ HARMLESS: Mapping[str, Any] = {
 }
 
 
-#: Capability policy (README "Capability checks"). Targets whose own
+#: Capability policy (docs/features.md, "Capability checks"). Targets whose own
 #: get_device_capability answers a CUDA-style value when the named variable is
 #: set (torch_npu: TORCH_NPU_DEVICE_CAPABILITY="8.0"; None otherwise). Every
 #: other answer is derived: the CUDA-equivalent of what the hardware computes,
@@ -137,15 +103,14 @@ HARMLESS: Mapping[str, Any] = {
 #: CAPABILITY_FP16. A vendor's own numbering (torch_gcu's properties say 3.0) is
 #: not CUDA's and is not passed through. get_device_properties().major/minor
 #: answer the same; torch.version.cuda is None on every target and torch build (it names a CUDA
-#: toolkit; patches/cuda_namespace.py).
-NATIVE_CAPABILITY_ENV: Mapping[str, str] = {"npu": "TORCH_NPU_DEVICE_CAPABILITY"}
+#: toolkit; patches/cuda_namespace.py). The variable is each profile's `native_capability_env`.
 CAPABILITY_BF16 = (8, 0)  # Ampere-class: bf16 (A100's is the capability `>= (8, 0)` gates look for)
 CAPABILITY_FP16 = (7, 0)  # Volta-class: fp16 only
 
 
 def capability_policy(profile: str) -> str:
     """What get_device_capability answers on `profile`, in words (docs, scan, notices)."""
-    env = NATIVE_CAPABILITY_ENV.get(profile)
+    env = PROFILES[profile].native_capability_env
     derived = (f"{CAPABILITY_BF16} where the device supports bf16 (torch.cuda.is_bf16_supported()), "
                f"else {CAPABILITY_FP16}")
     if profile == "cpu":
@@ -156,20 +121,11 @@ def capability_policy(profile: str) -> str:
 def capability_notice(profile: str, value: tuple) -> str:
     """The one notice a script's first get_device_capability call gets where the answer is derived."""
     p = PROFILES[profile]
-    env = NATIVE_CAPABILITY_ENV.get(profile)
+    env = p.native_capability_env
     choose = f"; set {env}=major.minor to choose the value" if env else ""
     return (f"torch.cuda.get_device_capability: {p.vendor} ({p.device_type}) has no CUDA compute capability; "
             f"transfer answers {value}, the CUDA-equivalent of what the device computes "
             f"({'bf16 supported' if value >= CAPABILITY_BF16 else 'no bf16'}){choose}")
-
-
-#: Why a vendor's own get_device_capability is no native spelling of CUDA's (`native_spelling`).
-_OWN_CAPABILITY = {
-    "npu": "torch_npu's own torch.npu.get_device_capability() returns None unless TORCH_NPU_DEVICE_CAPABILITY "
-           "is set",
-    "sdaa": "torch_sdaa has no get_device_capability",
-    "gcu": "torch_gcu's own torch.gcu.get_device_capability() is Enflame's numbering (3.0), not CUDA's",
-}
 
 
 def native_spelling(profile: str, api: str) -> str:
@@ -180,7 +136,7 @@ def native_spelling(profile: str, api: str) -> str:
     name = api[len("torch.cuda."):]
     dev, pkg = p.device_type, p.package or "torch"
     if name == "get_device_capability":
-        own = _OWN_CAPABILITY.get(profile, f"{pkg} has no CUDA compute capability")
+        own = p.own_capability or f"{pkg} has no CUDA compute capability"
         return (f"write `(8, 0) if torch.{dev}.is_bf16_supported() else (7, 0)` (what transfer answers), or test "
                 f"`torch.{dev}.is_bf16_supported()` where the capability only picks bf16 ({own})")
     verdict = lookup(profile, api)
@@ -196,14 +152,9 @@ def native_spelling(profile: str, api: str) -> str:
     return f"{pkg} has no torch.{dev}.{name}: rewrite it by hand (transfer provides {verdict.to} at run time)"
 
 
-#: CUDA graph names (patches/graphs.py): the vendor's graph API where it has one
-#: (torch_npu's NPUGraph family, read in the 2.13.0 wheel's torch_npu/npu/graphs.py),
-#: else transfer's op-by-op replay (transfer/graph_replay.py).
+#: CUDA graph names (patches/graphs.py): the vendor's graph API where it has one (`Profile.graphs`),
+#: else transfer's op-by-op replay (transfer/cpu/graph_replay.py).
 GRAPH_NAMES = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle", "is_current_stream_capturing")
-VENDOR_GRAPHS: Mapping[str, Mapping[str, str]] = {
-    "npu": {"CUDAGraph": "NPUGraph", "graph": "graph", "make_graphed_callables": "make_graphed_callables",
-            "graph_pool_handle": "graph_pool_handle", "is_current_stream_capturing": "is_current_stream_capturing"},
-}
 _REPLAY = {
     "CUDAGraph": "capture records the ops (tensors created then are the graph's static memory; writes are not "
                  "applied during capture, as CUDA does not run its kernels then); replay() re-runs them on the same "
@@ -216,31 +167,31 @@ _REPLAY = {
 
 
 def _graph_support(profile: str, name: str) -> Support:
-    vendor = VENDOR_GRAPHS.get(profile, {})
     p = PROFILES[profile]
+    vendor = p.graphs
     if name in vendor:
         return Support(TRANSLATED, f"torch.{p.device_type}.{vendor[name]}",
                        f"{p.package}'s graph API (on a {p.package} without it: transfer's op replay)")
-    home = "transfer.graph_replay"
+    home = "transfer.cpu.graph_replay"
     return Support(TRANSLATED, f"{home}.{name}", _REPLAY[name])
 
 
 def target_api(profile: str) -> frozenset:
-    """The torch.cuda names the target's own module provides."""
-    return CPU_API if profile == "cpu" else VENDOR_API.get(profile, frozenset())
+    """The torch.cuda names the target's own module provides (`Profile.cuda_api`)."""
+    return PROFILES[profile].cuda_api
 
 
 def _cuda_support(profile: str, name: str) -> Support:
     p = PROFILES[profile]
-    home = "transfer.cpu_runtime" if p.is_cpu else f"torch.{p.device_type}"
+    home = "transfer.cpu.runtime" if p.is_cpu else f"torch.{p.device_type}"
     if name in GRAPH_NAMES:
         return _graph_support(profile, name)
     if name == "get_device_capability":
         return Support(PLACEHOLDER, capability_policy(profile),
                        f"{p.vendor} has no CUDA compute capability; the CUDA-equivalent of what it computes, so "
-                       "`capability >= (8, 0)` picks bf16 exactly where the device has it (README, Capability checks)")
+                       "`capability >= (8, 0)` picks bf16 exactly where the device has it (docs/features.md, Capability checks)")
     if name in target_api(profile):
-        if name in PLACEHOLDERS.get(profile, ()):
+        if name in p.placeholders:
             return Support(PLACEHOLDER, f"{home}.{name}", "no real value on this target; returns 0 / a neutral value")
         return Support(TRANSLATED, f"{home}.{name}", "same function on the target's device module")
     if name == "default_generators":
@@ -398,7 +349,6 @@ _FA_VARLEN_SDPA = ("packed sequences through cu_seqlens: one SDPA call over a bl
 _FA_VARLEN_NPU = ("npu_fusion_attention TND with actual_seq_qlen/actual_seq_kvlen (cumulative lengths read on the "
                   "host: one sync per call, as the op requires)")
 _FA_PROVIDED = "transfer's flash_attn {fa} (transfer/dropins/flash_attn): the real package's CUDA kernels cannot run on {dev}"
-FLASH_ATTN_VERSION = "2.7.4.post1"
 
 _APEX = "transfer's apex (transfer/dropins/apex): the real package's CUDA kernels cannot run on {dev}"
 _HALF = "float16"
@@ -495,136 +445,6 @@ _APEX_ROWS: Tuple[_Row, ...] = (
     ("amp_C.*", UNSUPPORTED, "", "other amp_C kernels (novograd, adagrad, lamb_mp, ...) "
      "are not provided: AttributeError naming what is", {}),
 )
-
-
-class Rewrite(NamedTuple):
-    """A torch-native spelling `transfer port` writes instead of a third-party call (`transfer/migrate/native.py`).
-
-    The call is bound to the original's signature (`params`); every argument is
-    then passed on under its own name (`passed`; the first `positional` keep
-    their position, which torch's signature shares), dropped (`dropped`: any
-    value, they tune speed or memory only), or must be absent or the literal in
-    `required` (then dropped: the rewrite computes the same only there). `variants`
-    maps the value of the `switch` parameter (absent: `switch_default`) to the
-    callable written (after ``torch.``) and the arguments written where the
-    original's default differs from torch's. `when`: what the source cannot show
-    and the rewrite assumes; `unsafe`: why it may compute differently (then it is
-    written only under ``transfer port --unsafe``).
-    """
-
-    to: str  # the replacement, in words (docs, messages)
-    when: str  # the runtime conditions under which it computes the same
-    note: str = ""
-    params: Tuple[str, ...] = ()
-    positional: int = 0
-    passed: Tuple[str, ...] = ()
-    required: Mapping[str, Any] = {}
-    dropped: Tuple[str, ...] = ()
-    variants: Mapping[Any, Tuple[str, Mapping[str, str]]] = {}
-    switch: str = ""
-    switch_default: Any = None
-    unsafe: str = ""
-    conflicts: Tuple[str, ...] = ()  # "apex.amp": the file uses that package; ".attr": the file reads that attribute
-
-
-_ADAM_PARAMS = ("params", "lr", "bias_correction", "betas", "eps", "adam_w_mode", "weight_decay", "amsgrad",
-                "set_grad_none", "capturable", "master_weights")
-_AUTOCAST = ("under autocast apex casts input and parameters to the autocast dtype and answers in it; torch's "
-             "{} answers differently there, and whether this module runs under autocast is not visible where it "
-             "is built")
-
-#: The torch-native rewrites of rows of this table (one source for `transfer port` and the docs).
-NATIVE_REWRITES: Mapping[str, Rewrite] = {
-    "apex.optimizers.FusedAdam": Rewrite(
-        "torch.optim.AdamW(params, lr, betas=, eps=, weight_decay=) with apex's weight_decay default 0.0 written "
-        "(torch's is 0.01); adam_w_mode=False: torch.optim.Adam (L2 added to the gradient, as apex's mode 0)",
-        "float32 parameters that get a gradient at every step (apex counts steps per group, torch per parameter)",
-        "torch chooses its foreach kernels; fused=True is faster where the vendor has torch's fused Adam kernel",
-        params=_ADAM_PARAMS, positional=2, passed=("params", "lr", "betas", "eps", "weight_decay"),
-        required={"bias_correction": True, "amsgrad": False, "capturable": False, "master_weights": False},
-        dropped=("set_grad_none",),  # apex's zero_grad() sets None either way on torch >= 2.0, as torch's does
-        variants={True: ("optim.AdamW", {"weight_decay": "0.0"}), False: ("optim.Adam", {})},
-        switch="adam_w_mode", switch_default=True, conflicts=("apex.amp",)),
-    "apex.optimizers.FusedSGD": Rewrite(
-        "torch.optim.SGD(params, lr, momentum, dampening, weight_decay, nesterov)",
-        "float32 parameters (weight decay before momentum, first momentum = the gradient: torch's rule too)",
-        params=("params", "lr", "momentum", "dampening", "weight_decay", "nesterov", "wd_after_momentum",
-                "materialize_master_grads", "set_grad_none"),
-        positional=6, passed=("params", "lr", "momentum", "dampening", "weight_decay", "nesterov"),
-        required={"wd_after_momentum": False}, dropped=("materialize_master_grads", "set_grad_none"),
-        variants={None: ("optim.SGD", {})}, conflicts=("apex.amp",)),
-    "apex.normalization.FusedLayerNorm": Rewrite(
-        "torch.nn.LayerNorm(normalized_shape, eps, elementwise_affine)", "outside autocast", "memory_efficient dropped",
-        params=("normalized_shape", "eps", "elementwise_affine", "memory_efficient"), positional=3,
-        passed=("normalized_shape", "eps", "elementwise_affine"), dropped=("memory_efficient",),
-        variants={None: ("nn.LayerNorm", {})}, unsafe=_AUTOCAST.format("torch.nn.LayerNorm (float32)")),
-    "apex.normalization.FusedRMSNorm": Rewrite(
-        "torch.nn.RMSNorm(normalized_shape, eps, elementwise_affine) with apex's eps 1e-5 written (torch's default "
-        "is finfo(dtype).eps)", "outside autocast; torch >= 2.4 (torch.nn.RMSNorm)", "memory_efficient dropped",
-        params=("normalized_shape", "eps", "elementwise_affine", "memory_efficient"), positional=3,
-        passed=("normalized_shape", "eps", "elementwise_affine"), dropped=("memory_efficient",),
-        variants={None: ("nn.RMSNorm", {"eps": "1e-5"})},
-        unsafe=_AUTOCAST.format("torch.nn.RMSNorm") + "; torch.nn.RMSNorm needs torch >= 2.4 where the port runs"),
-    "apex.parallel.convert_syncbn_model": Rewrite(
-        "torch.nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)",
-        "the model's BatchNorm parameters trainable and no one holding them yet (apex makes new parameters, torch "
-        "moves the same ones)",
-        params=("module", "process_group", "channel_last"), positional=2, passed=("module", "process_group"),
-        required={"channel_last": False}, variants={None: ("nn.SyncBatchNorm.convert_sync_batchnorm", {})}),
-    "apex.parallel.SyncBatchNorm": Rewrite(
-        "torch.nn.SyncBatchNorm(num_features, eps, momentum, affine, track_running_stats, process_group)",
-        "forward(input) (apex's forward(input, z) raises TypeError on torch's)",
-        params=("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group", "channel_last",
-                "fuse_relu"), positional=6,
-        passed=("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group"),
-        required={"channel_last": False, "fuse_relu": False}, variants={None: ("nn.SyncBatchNorm", {})}),
-    "apex.parallel.DistributedDataParallel": Rewrite(
-        "torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False)",
-        "every parameter that requires a gradient gets one (torch's DDP raises otherwise; "
-        "find_unused_parameters=True by hand)",
-        "apex broadcasts the parameters at construction, never the buffers, and averages the gradients: torch's DDP "
-        "with broadcast_buffers=False (deprecated on torch >= 2.13, with the same meaning)",
-        params=("module", "message_size", "delay_allreduce", "shared_param", "allreduce_trigger_params",
-                "retain_allreduce_buffers", "allreduce_always_fp32", "num_allreduce_streams",
-                "allreduce_communicators", "gradient_average", "gradient_predivide_factor",
-                "gradient_average_split_factor", "prof"), positional=1, passed=("module",),
-        required={"shared_param": None, "retain_allreduce_buffers": False, "allreduce_always_fp32": False,
-                  "gradient_average": True, "gradient_predivide_factor": 1.0, "gradient_average_split_factor": None},
-        dropped=("message_size", "delay_allreduce", "allreduce_trigger_params", "num_allreduce_streams",
-                 "allreduce_communicators", "prof"),
-        variants={None: ("nn.parallel.DistributedDataParallel", {"broadcast_buffers": "False"})},
-        conflicts=("apex.amp", ".disable_allreduce", ".enable_allreduce")),  # amp O2/O3: half gradients, which
-    # apex all-reduces then divides, torch divides first
-}
-
-_FA_WHY = ("not rewritten: scaled_dot_product_attention takes [B, H, S, D] (flash_attn [B, S, H, D]) and aligns "
-           "causal masks top-left where flash_attn aligns them bottom-right: equal only when seqlen_q == seqlen_k, "
-           "which the source does not show (decoding with a KV cache differs); window_size, softcap, alibi_slopes "
-           "have no SDPA argument")
-
-#: Why a third-party row has no torch-native rewrite (port names the use with this).
-NO_NATIVE_REWRITE: Mapping[str, str] = {
-    **{f"flash_attn.{name}": _FA_WHY for name in (
-        "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
-        "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache")},
-    "xformers.ops.memory_efficient_attention": (
-        "not rewritten: [B, M, H, K] inputs and xformers' attn_bias classes (LowerTriangularMask aligns top-left, "
-        "...FromBottomRight bottom-right, BlockDiagonalMask packs sequences) have no one SDPA spelling"),
-    "apex.optimizers.FusedLAMB": "not rewritten: torch has no LAMB optimizer",
-    "apex.normalization.MixedFusedLayerNorm": (
-        "not rewritten: it answers in the parameters' dtype; torch.nn.LayerNorm answers in the input's"),
-    "apex.normalization.MixedFusedRMSNorm": (
-        "not rewritten: it answers in the parameters' dtype; torch.nn.RMSNorm answers in the input's"),
-    "apex.amp.initialize": (
-        "not rewritten: apex.amp's opt levels cast the model and wrap the optimizers; port it by hand to "
-        "torch.autocast and torch.amp.GradScaler"),
-    "apex.amp.scale_loss": "not rewritten: use torch.amp.GradScaler's scale(loss).backward() and step(optimizer)",
-}
-
-
-def native_rewrite(api: str) -> Optional[Rewrite]:
-    """The torch-native rewrite of a row, or None."""
-    return NATIVE_REWRITES.get(api)
 
 
 THIRDPARTY_APIS: Tuple[_Row, ...] = (

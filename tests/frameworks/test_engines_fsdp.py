@@ -1,4 +1,4 @@
-"""FSDP2, DTensor tensor parallelism, FSDP1 and distributed checkpoints (issue 23) on every target.
+"""FSDP2, DTensor tensor parallelism, FSDP1 and distributed checkpoints on every target.
 
 One 2-rank torchrun job per target runs ``scripts/fsdp_train.py``, written as PyTorch's docs write
 these engines for CUDA (``init_device_mesh("cuda", ...)``, ``DeviceMesh("cuda", ...)``, ``device_id=

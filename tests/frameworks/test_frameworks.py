@@ -18,7 +18,7 @@ allreduces on its own device; cpu: gloo), identical parameters on both ranks, th
 (accuracy far beyond chance), tied weights still tied, and which path the framework took (its
 native vendor path or its CUDA path). A control shows what a user gets without transfer.
 
-Libraries are pinned in ``constraints.txt``. (Issue 9's causes 1-3 inside transfer, TorchScript
+Libraries are pinned in ``constraints.txt``. (Three causes inside transfer, TorchScript
 builtins for MMEngine, `torch.cuda.CUDAGraph | None` for transformers, the cpu target's device count
 and `device_id` for Lightning and DeepSpeed, made 11 of these jobs fail before they were fixed.)
 """
@@ -85,7 +85,7 @@ class Job:
             env.update(no_gpu())
         # Under the cpu target no GPU is hidden: torch.cuda is transfer's virtual devices there, and a
         # CUDA_VISIBLE_DEVICES='' would be read by the frameworks themselves (MMEngine's logger maps
-        # LOCAL_RANK through it and fails), which a laptop user never sets (README, Known limits).
+        # LOCAL_RANK through it and fails), which a laptop user never sets (docs/limits.md).
         if self.target != "cpu":
             env["PYTHONPATH"] = vendor_site(self.target, self.workdir)
             env["SIM_ACCEL_STATS_DIR"] = self.stats_dir

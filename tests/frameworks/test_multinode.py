@@ -1,4 +1,4 @@
-"""Past one machine (issue 23, seed 004): two "nodes" of two ranks each, simulated on one machine.
+"""Past one machine (seed 004): two "nodes" of two ranks each, simulated on one machine.
 
 Each node is its own launcher process, started as a user starts one per machine, rendezvous over the
 loopback (127.0.0.1):
@@ -250,7 +250,7 @@ def check_two_nodes(nodes, static_node_ranks):
 # ------------------------------------------------------------------------ which jobs run
 
 #: Each 4-rank job costs 20-45 s on two cores (the full product, 16 jobs, ~8 min). By default every target
-#: runs the 2-node torchrun job and a killed rank (issue 23's "done when"), and the other kinds rotate so each
+#: runs the 2-node torchrun job and a killed rank, and the other kinds rotate so each
 #: runs on the cpu target and on a stand-in: accelerate on cpu (seed 004's path) and sdaa; kill under torchrun
 #: (cpu, npu, gcu) and accelerate (sdaa); freeze under accelerate (cpu) and torchrun (npu): 12 jobs.
 #: MULTINODE_MATRIX=full runs every target with every launcher and fault.

@@ -4,9 +4,9 @@
 `count` CUDA devices. Each entry names its source: torch's documentation, torch's own CPU
 behaviour where the CUDA answer is defined as that (the CPU random stream, device-string
 parsing, which is the same C++ code on every build), or a value recorded on a real GPU
-(/work/shared/FACTS.md, "CUDA's own behaviour, recorded on a real GPU": H100, torch 2.11,
-2026-11-23). Run on a GPU, ``python tests/oracle/cuda_semantics.py --check`` compares these
-with what CUDA really returns, so the oracle itself is checked wherever a GPU is at hand.
+(tests/oracle/cuda_recorded.json, with the GPU, torch and date it was recorded on). Run on a
+GPU, ``python tests/oracle/cuda_semantics.py --check`` compares these with what CUDA really
+returns, so the oracle itself is checked wherever a GPU is at hand.
 
 `model_program(ops, count)` is a reference interpreter of CUDA's semantics for the generated
 programs, in plain CPU torch with explicit generators: a host-to-device move is a copy (Tensor.to:
@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import torch
 
-GPU_RECORD = "FACTS.md: H100, torch 2.11.0+cu130, 2026-11-23"
+from cuda_recorded import SOURCE as GPU_RECORD
+from cuda_recorded import value as recorded
+
+#: The matmul dtype of a CUDA autocast region given no dtype, as recorded on the GPU.
+AUTOCAST_DEFAULT = recorded("autocast_default_dtype")
 TO_DOCS = "torch docs, Tensor.to: returns self if it already has the device and dtype, else a copy"
 
 
@@ -151,9 +155,11 @@ def expected_probes(count, device_strings):
         "rng_fork_rng_restores_device_state": ({"restored": True}, "torch docs, torch.random.fork_rng"),
         "rng_checkpoint_resume": ({"cpu_resumes": True, "device_resumes": True},
                                   "get/set_rng_state(_all) round-trip through torch.save"),
-        "amp_autocast_cuda_default": ({"mm": "float16"}, GPU_RECORD + ": torch.autocast('cuda') gives float16"),
+        "amp_autocast_cuda_default": ({"mm": AUTOCAST_DEFAULT["torch.autocast('cuda')"]},
+                                      GPU_RECORD + ": torch.autocast('cuda') gives float16"),
         "amp_autocast_device_type_keyword": ({"mm": "float16"}, "as amp_autocast_cuda_default"),
-        "amp_cuda_amp_autocast": ({"mm": "float16"}, GPU_RECORD + ": torch.cuda.amp.autocast() gives float16"),
+        "amp_cuda_amp_autocast": ({"mm": AUTOCAST_DEFAULT["torch.cuda.amp.autocast()"]},
+                                  GPU_RECORD + ": torch.cuda.amp.autocast() gives float16"),
         "amp_autocast_float16_explicit": ({"mm": "float16"}, "torch docs, torch.autocast(dtype=)"),
         "amp_autocast_bfloat16": ({"mm": "bfloat16"}, "torch docs, torch.autocast(dtype=)"),
         "amp_nested_disabled": ({"mm": "float32"}, "torch docs, autocast(enabled=False) inside a region"),

@@ -84,12 +84,12 @@ def cuda_kernels_only(ctx) -> bool:
     return ctx.profile.device_type == "cuda"
 
 
-_FLASH_ATTN_VERSION = "2.7.4.post1"
-APEX_VERSION = "0.1"  # apex's setup.py version (the package itself has no __version__)  # bert_padding.unpad_input returns 5 values since 2.7.0
+FLASH_ATTN_VERSION = "2.7.4.post1"  # bert_padding.unpad_input returns 5 values since 2.7.0
+APEX_VERSION = "0.1"  # apex's setup.py version (the package itself has no __version__)
 
 PACKAGES: Mapping[str, Package] = MappingProxyType({
     p.name: p for p in (
-        Package("flash_attn", "flash-attn", _FLASH_ATTN_VERSION, cuda_kernels_only, home="flash_attn",
+        Package("flash_attn", "flash-attn", FLASH_ATTN_VERSION, cuda_kernels_only, home="flash_attn",
                 summary="flash_attn 2.x API on torch's scaled_dot_product_attention "
                         "(torch_npu.npu_fusion_attention on npu), provided by transfer"),
         Package("xformers", "xformers", "0.0.29.post3", cuda_kernels_only, home="xformers",

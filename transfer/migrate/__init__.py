@@ -2,5 +2,5 @@
 
 Everything here reads Python sources as text and the support table
 (`transfer.support`); it never imports torch nor `transfer.patches`, so it runs
-on a laptop without torch (tests/test_migrate_scan.py checks sys.modules).
+on a laptop without torch (the migrate tests check sys.modules).
 """

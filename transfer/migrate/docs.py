@@ -1,8 +1,8 @@
 """docs/support-matrix.md, rendered from the support table.
 
 ``python -m transfer.migrate.docs`` (or ``transfer docs``) writes it;
-``--check`` exits 1 when the file on disk is stale (CI and
-tests/test_migrate_docs.py run that).
+``--check`` exits 1 when the file on disk is stale (the migrate tests
+compare it with `render` too).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from .. import envvars, support
 from ..profiles import PROFILES
+from . import rewrites
 
 DEFAULT_PATH = os.path.join("docs", "support-matrix.md")  # from the checkout's root
 
@@ -52,7 +53,7 @@ def render() -> str:
 
 
 def _native_rewrites() -> List[str]:
-    """What `transfer port` writes instead of a third-party call (support.NATIVE_REWRITES), and why not elsewhere."""
+    """What `transfer port` writes instead of a third-party call (rewrites.NATIVE_REWRITES), and why not elsewhere."""
     lines = [
         "",
         "## Torch-native rewrites (`transfer port`)",
@@ -65,11 +66,11 @@ def _native_rewrites() -> List[str]:
         "| call | becomes | computes the same when | kind |",
         "|---|---|---|---|",
     ]
-    for api, rewrite in support.NATIVE_REWRITES.items():
+    for api, rewrite in rewrites.NATIVE_REWRITES.items():
         kind = f"unsafe: {rewrite.unsafe}" if rewrite.unsafe else "safe"
         lines.append(f"| `{api}` | {rewrite.to} | {rewrite.when} | {kind} |".replace("\n", " "))
     lines += ["", "Not rewritten:", ""]
-    lines += [f"- `{api}`: {why}" for api, why in support.NO_NATIVE_REWRITE.items()]
+    lines += [f"- `{api}`: {why}" for api, why in rewrites.NO_NATIVE_REWRITE.items()]
     return lines
 
 

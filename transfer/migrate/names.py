@@ -2,7 +2,7 @@
 
 `scan` reports with it and `port` rewrites with it, so a use scan calls
 translated is a use port rewrites, and a second run over a ported tree finds
-exactly what the first one left (issue 19, item 4).
+exactly what the first one left.
 
 `Imports` reads every import statement of a module (``import torch.cuda as
 tc``, ``from torch import cuda``, ``from torch.cuda.amp import autocast``,

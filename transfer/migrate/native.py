@@ -1,4 +1,4 @@
-"""``transfer port``'s torch-native rewrites of third-party calls (`support.NATIVE_REWRITES`).
+"""``transfer port``'s torch-native rewrites of third-party calls (`rewrites.NATIVE_REWRITES`).
 
 An apex import and every use of what it binds are ported together or not at
 all, the discipline port keeps for ``torch.cuda`` aliases
@@ -14,7 +14,7 @@ torch spelling computes the same, and the file shows no conflicting use (the
 row's ``conflicts``: ``apex.amp`` wrapping the optimizers, apex DDP's own
 methods). Rows marked unsafe (the norms: autocast is not visible where a
 module is built) are written only with ``--unsafe``. Everything else of
-third-party packages is named, with `support.NO_NATIVE_REWRITE`'s reason where
+third-party packages is named, with `rewrites.NO_NATIVE_REWRITE`'s reason where
 the table has one (flash_attn's attention: SDPA's causal alignment differs
 when seqlen_q != seqlen_k).
 
@@ -28,7 +28,7 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import support
-from . import names
+from . import names, rewrites
 
 Edit = Tuple[int, int, str]
 
@@ -71,7 +71,7 @@ class _Context:
         self.torch = "torch" if "torch" in torch_names or not torch_names else sorted(torch_names)[0]
         self.need_torch = not torch_names
 
-    def conflict(self, rewrite: support.Rewrite) -> str:
+    def conflict(self, rewrite: rewrites.Rewrite) -> str:
         for c in rewrite.conflicts:
             if c.startswith("."):
                 if c[1:] in self.attrs:
@@ -111,10 +111,10 @@ class _Context:
                 if api is None:
                     problems.append(f"`{src.segment(node)}` (line {node.lineno}) has no torch-native spelling")
                     continue
-                rewrite = support.native_rewrite(api)
+                rewrite = rewrites.native_rewrite(api)
                 if rewrite is None:
                     problems.append(f"{api} (line {node.lineno}): "
-                                    + support.NO_NATIVE_REWRITE.get(api, "no torch-native spelling"))
+                                    + rewrites.NO_NATIVE_REWRITE.get(api, "no torch-native spelling"))
                     continue
                 call = _parent(node)
                 if not (isinstance(call, ast.Call) and call.func is node) or porter.imports.qualified(node) != api:
@@ -169,7 +169,7 @@ class _Context:
                               "the import and the uses of what it binds"))
 
     # ---------------------------------------------------------------- the call
-    def call_edits(self, call: ast.Call, api: str, rewrite: support.Rewrite) -> Tuple[List[Edit], List[str], str]:
+    def call_edits(self, call: ast.Call, api: str, rewrite: rewrites.Rewrite) -> Tuple[List[Edit], List[str], str]:
         """(edits, the text each replaces, message), or ([], [], why not)."""
         src = self.src
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):

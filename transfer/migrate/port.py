@@ -38,7 +38,7 @@ Consistency (checked here, `_settle`): a conditional expression's test and
   comparisons are rewritten together or not at all; a ``torch.cuda.is_available()``
   test is rewritten only when nothing it guards is left for a person (else the
   CUDA branch would start running natively, half-ported).
-Torch-native (`native`, rows of ``support.NATIVE_REWRITES``): apex's FusedAdam,
+Torch-native (`native`, rows of ``rewrites.NATIVE_REWRITES``): apex's FusedAdam,
   FusedSGD, SyncBatchNorm, convert_syncbn_model and DistributedDataParallel
   calls -> their torch spellings where the arguments show they compute the
   same, an apex import and its uses together; FusedLayerNorm / FusedRMSNorm
@@ -57,7 +57,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .. import support
 from ..profiles import PROFILES
-from . import flow, names, native, scan
+from . import flow, names, native, rewrites, scan
 
 _BACKEND_CALLS = ("init_process_group", "new_group")
 _AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized"})
@@ -228,7 +228,7 @@ class _Porter:
     # ---------------------------------------------------------------- the walk
     def run(self) -> Ported:
         self.visit_imports()
-        native.visit(self)  # apex imports and their uses, to torch-native spellings (support.NATIVE_REWRITES)
+        native.visit(self)  # apex imports and their uses, to torch-native spellings (rewrites.NATIVE_REWRITES)
         for node in self.tree._nodes:
             if isinstance(node, ast.Attribute):
                 self.visit_attribute(node)
@@ -653,9 +653,9 @@ class _Porter:
     def left_by_table(self, f: scan.Finding) -> Optional[str]:
         if f.api == "apex" or f.api in support.THIRDPARTY_ROWS:
             verdict = support.lookup(self.profile.name, f.api)
-            rewrite = support.native_rewrite(f.api)
+            rewrite = rewrites.native_rewrite(f.api)
             hint = f"; torch-native: {rewrite.to}, equal when: {rewrite.when}" if rewrite is not None else ""
-            hint += f"; {support.NO_NATIVE_REWRITE[f.api]}" if f.api in support.NO_NATIVE_REWRITE else ""
+            hint += f"; {rewrites.NO_NATIVE_REWRITE[f.api]}" if f.api in rewrites.NO_NATIVE_REWRITE else ""
             if verdict.cls == support.UNSUPPORTED:
                 return verdict.reason + hint
             return (f"{f.api}: under transfer, {verdict.cls} ({verdict.to or verdict.reason}); the ported code runs "

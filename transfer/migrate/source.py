@@ -17,16 +17,6 @@ _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".tox", ".nox", "node_modu
 CUDA_SUFFIXES = (".cu", ".cuh")
 
 
-def python_files(paths: List[str]) -> Iterator[Tuple[str, str]]:
-    """(root, file) for every .py file under `paths` (files given are taken as they are).
-
-    Raises FileNotFoundError naming a path that does not exist.
-    """
-    for root, path in files(paths):
-        if not is_cuda_source(path):
-            yield root, path
-
-
 def files(paths: List[str]) -> Iterator[Tuple[str, str]]:
     """(root, file) for every .py, .cu and .cuh file under `paths` (files given are taken as they are),
     in a stable order. Raises FileNotFoundError naming a path that does not exist."""

@@ -11,6 +11,7 @@ import importlib
 import logging
 from typing import Any, Dict, Set
 
+from ..cpu import target as cpu_target
 from ..devices import Target
 from ..errors import UnsupportedCudaAPI
 from ..profiles import Profile
@@ -25,7 +26,7 @@ AREAS = (
     "accelerator",  # torch.accelerator on the cpu target: none, as on a CPU-only build
     "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
     "dynamo",  # torch.compile answers x.is_cuda as eager does
-    "torch_is_cuda",  # torch's own is_cuda reads that must see the real answer (transfer/torch_sites.py)
+    "torch_is_cuda",  # torch's own is_cuda reads that must see the real answer (patches/torch_sites.py)
     "module",  # nn.Module.to / .to_empty
     "rng",  # cpu target: device draws (dropout, device factories) off the CPU stream, as on CUDA
     "factories",  # torch.zeros(..., device='cuda') and every other factory
@@ -60,9 +61,9 @@ class PatchContext:
         self.profile = profile
         self.registry = registry
         self.target = target
-        self.runtime = runtime  # torch.<vendor> module, or transfer.cpu_runtime
-        # The cpu target's departures from a vendor target (transfer/cpu_target.py), None on a vendor.
-        self.cpu = importlib.import_module("transfer.cpu_target") if profile.is_cpu else None
+        self.runtime = runtime  # torch.<vendor> module, or transfer.cpu.runtime
+        # The cpu target's departures from a vendor target (transfer/cpu/target.py), None on a vendor.
+        self.cpu = cpu_target if profile.is_cpu else None
         self.strict = strict
         self.device_selected = False  # the script (or transfer) has chosen a device
         self.env_changes: Dict[str, Any] = {}

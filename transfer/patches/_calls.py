@@ -1,7 +1,7 @@
 """Hot-path wrappers that translate a device argument, shared by the areas.
 
 These are plain closures, not wrapt.FunctionWrapper: a FunctionWrapper costs
-~450 ns a call against ~80 ns for a closure (FACTS), fails to pickle, and is
+~450 ns a call against ~80 ns for a closure (timeit, measured on a 2-core x86 build machine), fails to pickle, and is
 opaque to torch.compile, which traces straight through a closure. Calls with
 no device argument pay one type test and one ``if kwargs``.
 
@@ -13,12 +13,12 @@ the wrapper does.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
 
 from .. import fastcalls
+from ..fastcalls import finish
 from ..devices import DEVICE_SPEC_TYPES
 
 _MISS = object()
@@ -26,25 +26,26 @@ _MISS = object()
 #: ``t.to(None, dtype, non_blocking)`` (Module._apply, for every parameter).
 _NO_DEVICE_TYPES = frozenset({torch.dtype, type(None)})
 _NO_ARG = object()  # no positional argument given
-_NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
+NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
 
-
-def _finish(wrapper: Callable, original: Callable, name: str) -> Callable:
-    if fastcalls.is_fast(wrapper):  # the C stand-in and its Python twin answer alike
-        _finish(fastcalls.python_of(wrapper), original, name)
-    try:
-        functools.update_wrapper(wrapper, original)
-    except (AttributeError, TypeError):
-        pass
-    wrapper.__name__ = name
-    wrapper.__wrapped__ = original
-    return wrapper
+#: The contract with the C frames (transfer/_fastcalls.c): the free variables of each twin below
+#: that its C stand-in reads, by kind, in the order `fastcalls.stand_in` takes them. The twin's
+#: slow path writes them, the C frame reads them: ``last`` is the memo of the last device argument,
+#: ``(argument, translation)`` (`device_first`), ``(argument, translation, moved)`` (`_copying_to`),
+#: ``(device argument, translation, generator)`` (`device_keyword`'s drawing); ``plain`` the last
+#: first argument naming no device. Renaming one here or in its twin alone fails at install;
+#: tests/test_twin_cells.py checks each twin and its stand-in against this table.
+TWIN_CELLS = {
+    fastcalls.TO: ("last", "plain"),
+    fastcalls.TO_COPY: ("last", "plain"),
+    fastcalls.DRAWING: ("last",),
+}
 
 
 def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False) -> Callable:
     """Wrap a ``to``-style callable: device as first positional or `device=`.
 
-    Measured choices (benchmarks/calls.py; issue 16's targets: 1.2x of the hand
+    Measured choices (benchmarks/calls.py; the targets: 1.2x of the hand
     port translated, 1.1x of native untouched, on every torch):
     - two memos, each one identity test: the last device argument with its
       translation, kept as one tuple (so threads never see half an update), and
@@ -78,12 +79,12 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
     on CUDA, so ``x.to('cuda')`` never aliases ``x``; other calls are untouched.
     """
     if copy_moves:
-        return _finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original),
-                       original, api.rsplit(".", 1)[-1])
+        return finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original,
+                                         cells=TWIN_CELLS[fastcalls.TO_COPY]), original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
-    last = _NOTHING_SEEN  # (argument, translation)
-    plain = _NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES
+    last = NOTHING_SEEN  # (argument, translation)
+    plain = NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES
 
     def to(self, first=_NO_ARG, /, *args, **kwargs):
         if first is plain:
@@ -130,8 +131,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
             return original(self)
         return original(self, first)
 
-    return _finish(fastcalls.stand_in(fastcalls.TO, to, original, flag=to_signature), original,
-                   api.rsplit(".", 1)[-1])
+    return finish(fastcalls.stand_in(fastcalls.TO, to, original, flag=to_signature,
+                                     cells=TWIN_CELLS[fastcalls.TO]), original, api.rsplit(".", 1)[-1])
 
 
 def _copying_to(ctx, api: str, original: Callable) -> Callable:
@@ -143,8 +144,8 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
     """
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
-    last = (_NOTHING_SEEN[0], None, False)  # (argument, translation, moved)
-    plain = _NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES: never a move
+    last = (NOTHING_SEEN[0], None, False)  # (argument, translation, moved)
+    plain = NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES: never a move
 
     def copying(self, device, args, kwargs):
         if len(args) >= 3:  # (dtype, non_blocking, copy, ...)
@@ -223,7 +224,7 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
     if draws is not None:
         lookup_generator, undirected = draws
         memo_get, generator_of, current = lookup_generator or (None, None, None)
-        last = (_NOTHING_SEEN[0], None, None)  # (device argument, translation, generator or `current`)
+        last = (NOTHING_SEEN[0], None, None)  # (device argument, translation, generator or `current`)
 
         def drawing(*args, **kwargs):
             if kwargs:
@@ -269,8 +270,9 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
                 undirected()
             return original(*args, **kwargs)
 
-        return _finish(fastcalls.stand_in(fastcalls.DRAWING, drawing, original, current=current,
-                                          flag=undirected is not None), original, api.rsplit(".", 1)[-1])
+        return finish(fastcalls.stand_in(fastcalls.DRAWING, drawing, original, current=current,
+                                         flag=undirected is not None, cells=TWIN_CELLS[fastcalls.DRAWING]),
+                      original, api.rsplit(".", 1)[-1])
 
     def factory(*args, **kwargs):
         if kwargs:
@@ -283,5 +285,5 @@ def device_keyword(ctx, api: str, original: Callable, draws=None) -> Callable:
             return original(*args, **kwargs)
         return original(*args)
 
-    return _finish(fastcalls.stand_in(fastcalls.FACTORY, factory, original, cache=translator.cache,
+    return finish(fastcalls.stand_in(fastcalls.FACTORY, factory, original, cache=translator.cache,
                                       spec_types=spec_types), original, api.rsplit(".", 1)[-1])

@@ -1,7 +1,7 @@
 """``torch.cuda.*`` -> the target's device module.
 
 Each public name of torch.cuda is pointed at the same name on
-``torch.<vendor>`` (or `transfer.cpu_runtime`): the very same function object
+``torch.<vendor>`` (or `transfer.cpu.runtime`): the very same function object
 where it takes no device argument, so ``torch.cuda.is_available()`` costs what
 ``torch.npu.is_available()`` costs. Functions and classes that take a device
 get a thin layer translating ``'cuda:1'`` to the target's device. A name the
@@ -23,7 +23,7 @@ import torch
 from .. import fastcalls, frames, support
 from ..errors import UnsupportedCudaAPI
 from ..selection import asking_for
-from ..likeness import _copy_function, alias_class
+from ..presentation import alias_class, copy_function
 
 # Submodules and legacy typed-tensor classes are left as they are; torch.cuda.amp
 # works through the torch.amp patches, nvtx is handled below.
@@ -43,7 +43,7 @@ def apply(ctx) -> None:
     target_name = f"torch.{ctx.profile.device_type}" if ctx.cpu is None else ctx.cpu.NAME
     names = [n for n in cuda.__all__ if n not in _SUBMODULES and not n.endswith(_SKIP_SUFFIXES)]
     names += [n for n in _INTERNAL_DEFAULTS if n not in names]
-    placeholders = support.PLACEHOLDERS.get(ctx.profile.name, frozenset())
+    placeholders = ctx.profile.placeholders
     for name in names:
         if name in support.GRAPH_NAMES and ctx.registry.enabled(f"graphs.{name}"):
             continue  # the graphs area (patches/graphs.py) installs these
@@ -82,7 +82,7 @@ def apply(ctx) -> None:
 
 
 def _hide_cuda_toolkit(ctx) -> None:
-    """``torch.version.cuda`` is None on every target, whatever torch build runs (issue 24 item 1).
+    """``torch.version.cuda`` is None on every target, whatever torch build runs.
 
     It names the CUDA toolkit torch was built with: None on a CPU build and on the builds vendor
     plug-ins sit on, ``'13.0'`` on pip's default (CUDA) torch. Code reads it to decide whether CUDA
@@ -134,9 +134,9 @@ def _device_position(original: Any) -> Optional[int]:
 
 def _c_getter(ctx, current_device: Callable) -> Callable:
     """The cpu runtime's current_device as a C stand-in (fastcalls.py) over its ContextVar's own getter:
-    ``torch.cuda.current_device()`` costs one C call, not a Python frame (issue 16); any argument goes
+    ``torch.cuda.current_device()`` costs one C call, not a Python frame; any argument goes
     to (a copy of) the Python function, which raises TypeError as torch's does."""
-    return fastcalls.stand_in(fastcalls.NOARGS, _copy_function(current_device), ctx.runtime.index_getter)
+    return fastcalls.stand_in(fastcalls.NOARGS, copy_function(current_device), ctx.runtime.index_getter)
 
 
 def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
@@ -200,7 +200,7 @@ def _warning(ctx, name: str, impl: Callable, message: str) -> Callable:
 def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bool) -> Callable:
     """torch.cuda.get_device_capability: always a CUDA-style (major, minor) tuple.
 
-    The policy (`support.capability_policy`, README "Capability checks"): the
+    The policy (`support.capability_policy`, docs/features.md, "Capability checks"): the
     target's own answer where it is a CUDA-style value chosen for this purpose
     (torch_npu with TORCH_NPU_DEVICE_CAPABILITY set), else the CUDA-equivalent
     of what the hardware computes: (8, 0) where bf16 is supported (Ascend 910B,
@@ -212,7 +212,7 @@ def _capability(ctx, original: Any, impl: Any, target_name: str, placeholder: bo
     one notice for the user's first call when the answer is derived.
     """
     native = None if impl is None else _translating(ctx, "get_device_capability", original, impl)
-    native_is_cuda_style = support.NATIVE_CAPABILITY_ENV.get(ctx.profile.name) is not None
+    native_is_cuda_style = ctx.profile.native_capability_env is not None
     check = ctx.target.translator("torch.cuda.get_device_capability")
 
     def value_of(device=None):
@@ -281,7 +281,7 @@ class CudaStyleProperties:
         try:
             return getattr(self._vendor, name)
         except AttributeError:
-            from ..cpu_runtime import DeviceProperties
+            from ..cpu.runtime import DeviceProperties
 
             if name == "gcnArchName":
                 return str(getattr(self._vendor, "name", ""))

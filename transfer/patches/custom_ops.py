@@ -69,7 +69,7 @@ class _Translated:
         self.lock = threading.Lock()
 
     def destroy(self, qualname: str, key: str) -> None:
-        from ..cpu_kernels import destroy
+        from ..cpu.kernels import destroy
 
         with self.lock:
             lib = self.libraries.pop((qualname, key), None)

@@ -69,4 +69,4 @@ def _generator_class(ctx):
         def __new__(cls, device="cpu"):
             return native(translate(device))
 
-    return Generator  # named torch.Generator by the registry (transfer/likeness.py)
+    return Generator  # named torch.Generator by the registry (transfer/presentation.py)

@@ -43,16 +43,13 @@ from ..errors import CannNotSourced
 
 logger = logging.getLogger("transfer")
 
-#: DeepSpeed's own accelerators for the vendors transfer targets (deepspeed/accelerator/*_accelerator.py).
-NATIVE = ("npu", "sdaa")
-
 _REAL = "deepspeed.accelerator.real_accelerator"
 
 
 def apply(ctx) -> None:
     reg = ctx.registry
     device = ctx.profile.device_type
-    if device not in NATIVE:
+    if not ctx.profile.deepspeed_accelerator:  # DeepSpeed's probe would take its CUDA accelerator
         reg.replace_when_imported("deepspeed.accelerator", _REAL, "", "get_accelerator",
                                   lambda original: _choosing(ctx, original))
     if device == "npu":

@@ -32,6 +32,7 @@ import os
 from typing import Callable, Dict, Optional, Set
 
 from .. import envvars
+from ..settings import is_rank_zero
 from ..errors import TransferError
 
 logger = logging.getLogger("transfer")
@@ -134,7 +135,7 @@ class Environment:
     def _warn_unsupported(self, names, current: Dict[str, str]) -> None:
         said = _said_by_parent()  # a launcher's transfer (torchrun, accelerate) named them already
         new = [n for n in names if n not in self.unsupported and n not in said]
-        if not new or not _rank_zero():
+        if not new or not is_rank_zero():
             return
         self.unsupported.update(new)
         if not self.ctx.strict:  # the processes this one starts see the same variables: one warning per job
@@ -170,7 +171,7 @@ class Environment:
                 if verdict.target is not None and self._users_own(name, verdict.target, then.get(name)):
                     continue  # the user's own setting of the target's variable decides, as before
                 self.late.add(name)
-                if _rank_zero():
+                if is_rank_zero():
                     logger.warning("transfer: %s", _late_message(self.profile, name, then.get(name), current.get(name),
                                                                 passed))
 
@@ -216,10 +217,6 @@ SAID_ENV = "_TRANSFER_ENV_SAID"
 
 def _said_by_parent() -> Set[str]:
     return {n for n in os.environ.get(SAID_ENV, "").split(",") if n}
-
-
-def _rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"
 
 
 def _launcher_default(name: str, value: str) -> bool:

@@ -3,11 +3,11 @@ is_current_stream_capturing.
 
 Where the target's package has a graph API (torch_npu: ``NPUGraph``,
 ``torch.npu.graph``, ``make_graphed_callables``, ``graph_pool_handle``,
-``is_current_stream_capturing``; `support.VENDOR_GRAPHS`) the CUDA names are
+``is_current_stream_capturing``; the profile's `graphs`) the CUDA names are
 those (``CUDAGraph`` a subclass of the vendor's graph class accepting CUDA's
 ``keep_graph``; ``torch.cuda.graph(cuda_graph=...)`` passes the graph on).
 Elsewhere (the cpu target; sdaa and gcu as far as known) they are
-`transfer.graph_replay`'s: capture records the ops, replay re-runs them on the
+`transfer.cpu.graph_replay`'s: capture records the ops, replay re-runs them on the
 same tensors (CUDA's results, no launch savings), with one notice at the
 first capture. Never a stub that does nothing.
 """
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from .. import graph_replay, support
+from ..cpu import graph_replay
 
 
 def apply(ctx) -> None:
-    native = support.VENDOR_GRAPHS.get(ctx.profile.name, {})
+    native = ctx.profile.graphs
     runtime = ctx.runtime
     if native and all(hasattr(runtime, name) for name in native.values()):
         _vendor(ctx, {cuda: getattr(runtime, name) for cuda, name in native.items()})

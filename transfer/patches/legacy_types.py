@@ -38,9 +38,8 @@ from typing import Any, Optional
 
 import torch
 
-from ._calls import _finish
+from ..fastcalls import finish as _finish
 
-_TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
 
 #: The legacy types torch.cuda has, and their dtypes (torch's python_tensor.cpp).
 TYPES = {

@@ -4,7 +4,7 @@ On CUDA a script has two kinds of random stream: the CPU generator
 (``torch.default_generator``: ``torch.randperm(n)``, RandomSampler's seed,
 ``random_split``, the DataLoader's base seed) and one generator per CUDA device
 (dropout and every other draw on CUDA tensors). The cpu target gives each
-virtual device its own generator (`transfer.cpu_runtime.generator`); this area
+virtual device its own generator (`transfer.cpu.runtime.generator`); this area
 routes the draws a CUDA script makes on the device to it, so the CPU stream,
 and with it the data order, is the one the CUDA run has:
 
@@ -39,10 +39,10 @@ import sys
 
 import torch
 
-from .. import cpu_runtime
 from .. import frames
-from ..devices import _is_compiling
-from ._calls import _finish
+from ..cpu import runtime as cpu_runtime
+from ..devices import is_compiling
+from ..fastcalls import finish
 
 logger = logging.getLogger("transfer")
 
@@ -135,22 +135,22 @@ def on_device_stream(fn, *args, **kwargs):
 
 def _routed_dropout(native, name):
     def dropout(input, p, train):
-        if not train or not p or _is_compiling():
+        if not train or not p or is_compiling():
             return native(input, p, train)  # no draw (or a traced graph: native)
         return on_device_stream(native, input, p, train)
 
     dropout.__qualname__ = name
-    return _finish(dropout, native, name)
+    return finish(dropout, native, name)
 
 
 def _routed_sdpa(native):
     def scaled_dot_product_attention(*args, **kwargs):
         p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
-        if p and not _is_compiling():
+        if p and not is_compiling():
             return on_device_stream(native, *args, **kwargs)
         return native(*args, **kwargs)
 
-    return _finish(scaled_dot_product_attention, native, "scaled_dot_product_attention")
+    return finish(scaled_dot_product_attention, native, "scaled_dot_product_attention")
 
 
 def _from_checkpoint(frame) -> bool:
@@ -171,7 +171,7 @@ def _get_rng_state(native):
             state._transfer_device_states = cpu_runtime.get_rng_state_all()
         return state
 
-    return _finish(get_rng_state, native, "get_rng_state")
+    return finish(get_rng_state, native, "get_rng_state")
 
 
 def _set_rng_state(native):
@@ -181,7 +181,7 @@ def _set_rng_state(native):
         if states is not None:
             cpu_runtime.set_rng_state_all(states)
 
-    return _finish(set_rng_state, native, "set_rng_state")
+    return finish(set_rng_state, native, "set_rng_state")
 
 
 class _Notice:
@@ -199,14 +199,14 @@ class _Notice:
             check()
             return native(*args, **kwargs)
 
-        return _finish(draw, native, api.rsplit(".", 1)[-1])
+        return finish(draw, native, api.rsplit(".", 1)[-1])
 
     def checker(self, api):
         """A callable to run just before the draw `api`, in the patched function's frame."""
         notice = self
 
         def check():
-            if not notice.said and notice.target.translations and not _is_compiling():
+            if not notice.said and notice.target.translations and not is_compiling():
                 notice.say(api)
 
         return check
@@ -220,4 +220,4 @@ class _Notice:
             "tensor is a CPU tensor, so random ops on existing tensors cannot use the device's generator as "
             "CUDA does. From here on the CPU stream (torch.randperm, RandomSampler and DataLoader order) can "
             "differ from a CUDA run's; dropout and random factories with device='cuda' do use per-device "
-            "generators. See README, Known limits.", api, frames.caller_site(3))
+            "generators. See docs/limits.md.", api, frames.caller_site(3))

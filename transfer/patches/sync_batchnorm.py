@@ -5,7 +5,7 @@ older torch checked ``input.is_cuda``, which the tensor area answers for the
 target's tensors. Nothing more is needed there.
 
 cpu target: stock torch has no CPU kernels for the batch_norm_stats family and
-its forward rejects CPU input. `transfer.cpu_kernels` registers the kernels and
+its forward rejects CPU input. `transfer.cpu.kernels` registers the kernels and
 the forward below runs torch's own synchronising autograd function over gloo.
 """
 
@@ -20,7 +20,7 @@ from torch.nn.modules._functions import SyncBatchNorm as sync_batch_norm
 def apply(ctx) -> None:
     if ctx.cpu is None:
         return
-    from .. import cpu_kernels
+    from ..cpu import kernels as cpu_kernels
 
     library = cpu_kernels.register()
     ctx.registry.on_revert("sync_batchnorm.cpu_kernels", lambda: cpu_kernels.destroy(library))

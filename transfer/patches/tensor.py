@@ -6,11 +6,10 @@ import inspect
 
 import torch
 
-from ._calls import _NOTHING_SEEN, _finish, device_first, device_keyword
-from ..devices import DEVICE_SPEC_TYPES
+from ..devices import DEVICE_SPEC_TYPES, TensorBase
+from ..fastcalls import finish
+from ._calls import NOTHING_SEEN, device_first, device_keyword
 
-# torch < 2.3 names the C base class of torch.Tensor `_TensorBase`.
-_TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
 
 _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
 
@@ -42,8 +41,8 @@ def _cuda(ctx):
     """
     translator = ctx.target.translator("Tensor.cuda")
     preserve = torch.preserve_format
-    last = _NOTHING_SEEN
-    native_cuda, probe = _TensorBase.cuda, torch.empty(0)
+    last = NOTHING_SEEN
+    native_cuda, probe = TensorBase.cuda, torch.empty(0)
 
     def translate(device):
         """The slow path: the memo missed."""
@@ -58,7 +57,7 @@ def _cuda(ctx):
             last = (device, result)
         return result
 
-    native_to = _TensorBase.to  # the C method, not our Tensor.to wrapper
+    native_to = TensorBase.to  # the C method, not our Tensor.to wrapper
     copy = ctx.cpu is not None  # a vendor's move copies by itself; the cpu target's must be told to
 
     def cuda(self, device=None, non_blocking=False, memory_format=preserve):
@@ -68,7 +67,7 @@ def _cuda(ctx):
             return native_to(self, device, None, non_blocking, copy)  # keywords cost ~250 ns
         return native_to(self, device, None, non_blocking, copy, memory_format=memory_format)
 
-    return _finish(cuda, torch.Tensor.cuda, "cuda")
+    return finish(cuda, torch.Tensor.cuda, "cuda")
 
 
 def _pin_memory(ctx):

@@ -1,9 +1,9 @@
-"""torch's own ``x.is_cuda`` reads: the tensor's real answer where `transfer.torch_sites` says so.
+"""torch's own ``x.is_cuda`` reads: the tensor's real answer where `patches/torch_sites.py` says so.
 
 The tensor area makes ``Tensor.is_cuda`` the target's getter, so that a script's
 ``if x.is_cuda:`` takes its CUDA branch at the cost of a native read (~40 ns;
 a Python property would cost ~5x). torch's own code reads it too; for the
-functions `transfer.torch_sites.SITES` marks NATIVE (their CUDA branch would
+functions `torch_sites.SITES` marks NATIVE (their CUDA branch would
 treat host or vendor memory as CUDA memory, or run CUDA-only code) this area
 renames the attribute their bytecode loads, ``is_cuda`` ->
 ``_transfer_native_is_cuda``, installed on torch.Tensor as torch's own C
@@ -22,14 +22,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ..torch_sites import NATIVE, NATIVE_NAME, SITES
-
-_TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
+from ..devices import TensorBase
+from .torch_sites import NATIVE, NATIVE_NAME, SITES
 
 
 def apply(ctx) -> None:
     reg = ctx.registry
-    if reg.replace("torch_is_cuda.getter", torch.Tensor, NATIVE_NAME, _TensorBase.__dict__["is_cuda"]) is None:
+    if reg.replace("torch_is_cuda.getter", torch.Tensor, NATIVE_NAME, TensorBase.__dict__["is_cuda"]) is None:
         return
     per_module: Dict[str, List[str]] = {}
     for (path, qualname), (decision, _reason) in SITES.items():

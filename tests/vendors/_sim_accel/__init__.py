@@ -113,7 +113,7 @@ def install(spec: VendorSpec) -> types.ModuleType:
             f"'{current}' in this process. Only one accelerator vendor package can be used per process."
         )
 
-    from . import _build, _device_module, _distributed, _exit
+    from . import _build, _device_module, _distributed, _exit, _fault
 
     C = _build.load_extension()
     physical = visible_devices(spec)
@@ -130,6 +130,7 @@ def install(spec: VendorSpec) -> types.ModuleType:
     )
     _distributed.register_backend(spec, C, physical)
     _register_record_stream(spec)
+    _fault.from_environment()  # SIM_ACCEL_FAULT: one kernel made wrong on purpose (tests of accuracy checks)
     _exit.install(spec, C)
     _installed["state"] = (spec, module, C)
     return module

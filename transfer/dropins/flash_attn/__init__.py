@@ -5,7 +5,7 @@ The interface functions run on torch's scaled_dot_product_attention, or
 torch_npu.npu_fusion_attention on npu (transfer/dropins/_attention.py).
 """
 
-__version__ = "2.7.4.post1"
+from transfer.dropins import FLASH_ATTN_VERSION as __version__  # noqa: E402,F401
 
 from flash_attn.flash_attn_interface import (  # noqa: E402,F401
     flash_attn_func,

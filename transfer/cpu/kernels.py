@@ -40,19 +40,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = [
-    "register",
-    "is_registered",
-    "OPS",
-    "batch_norm_stats",
-    "batch_norm_gather_stats",
-    "batch_norm_gather_stats_with_counts",
-    "batch_norm_elemt",
-    "batch_norm_backward_reduce",
-    "batch_norm_backward_elemt",
-]
-
-#: ATen operator names (default overloads) this module implements for CPU.
+#: ATen operator names (default overloads) this module implements for CPU, each by a function of that name.
 OPS = (
     "batch_norm_stats",
     "batch_norm_gather_stats",
@@ -61,6 +49,8 @@ OPS = (
     "batch_norm_backward_reduce",
     "batch_norm_backward_elemt",
 )
+
+__all__ = ["register", "is_registered", "OPS", *OPS]
 
 _LOCK = threading.Lock()
 _LIB = None  # the live torch.library.Library returned by register()

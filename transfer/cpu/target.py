@@ -3,7 +3,7 @@
 A vendor target has a device: transfer translates each CUDA argument to it and
 the vendor's plug-in does the rest. The cpu target has none: host memory is
 the virtual devices' memory, ``torch.cuda`` is answered by
-`transfer.cpu_runtime`, torch's CPU kernels compute and gloo carries the
+`transfer.cpu.runtime`, torch's CPU kernels compute and gloo carries the
 collectives. Patch areas get this module as ``ctx.cpu`` (None on a vendor
 target) and ask it where the cpu target does something else; what it does is
 implemented here, or, for an area that exists only for the cpu target, in that
@@ -48,11 +48,10 @@ from typing import Any, Callable, Dict
 
 import torch
 
-from . import fastcalls
-from .devices import DEVICE_SPEC_TYPES, parse_cuda
-from .patches._calls import _finish
+from .. import fastcalls
+from ..devices import DEVICE_SPEC_TYPES, TensorBase, parse_cuda
+from ..fastcalls import finish
 
-_TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # torch < 2.3: _TensorBase
 
 #: How messages name the target.
 NAME = "the cpu target"
@@ -67,26 +66,26 @@ def pin_memory(native: Callable) -> Callable:
     Pinned host memory only speeds up copies to an accelerator; there is none,
     and stock torch raises without one.
     """
-    clone = _TensorBase.clone
+    clone = TensorBase.clone
 
     def pin_memory(self, device=None):
         return clone(self)
 
-    return _finish(pin_memory, native, "pin_memory")
+    return finish(pin_memory, native, "pin_memory")
 
 
 def record_stream(native: Callable) -> Callable:
     """Tensor.record_stream with a ``torch.cuda`` stream: nothing to do, as CUDA's caching allocator
     only holds the block until the stream's queued work is done, and the cpu target's work is done
     when it is queued. Any other stream goes to torch (which refuses a CUDA stream for a host tensor)."""
-    from .cpu_runtime import Stream
+    from .runtime import Stream
 
     def record_stream(self, stream):
         if isinstance(stream, Stream):
             return None
         return native(self, stream)
 
-    return _finish(record_stream, native, "record_stream")
+    return finish(record_stream, native, "record_stream")
 
 
 def module_to(ctx, original: Callable) -> Callable:
@@ -129,7 +128,7 @@ def module_to(ctx, original: Callable) -> Callable:
             return original(self, args[0])
         return original(self, *args)
 
-    return _finish(fastcalls.stand_in(fastcalls.METHOD, to, original, spec_types=spec_types), original, "to")
+    return finish(fastcalls.stand_in(fastcalls.METHOD, to, original, spec_types=spec_types), original, "to")
 
 
 def copying_factory(translated: Callable, name: str) -> Callable:
@@ -137,7 +136,7 @@ def copying_factory(translated: Callable, name: str) -> Callable:
     CUDA where the data (a host tensor, a NumPy array) is in host memory and the result in device
     memory. Without a CUDA device they share memory as natively. `translated` is the factories
     area's device-translating wrapper."""
-    to, asarray = _TensorBase.to, torch.asarray
+    to, asarray = TensorBase.to, torch.asarray
 
     def factory(*args, **kwargs):
         device = kwargs.get("device") if kwargs else None
@@ -156,7 +155,7 @@ def copying_factory(translated: Callable, name: str) -> Callable:
             return to(data, result.device, dtype, False, True)
         return asarray(data, dtype=dtype, device=result.device, copy=True)  # NumPy and other array-likes
 
-    return _finish(factory, translated, name)
+    return finish(factory, translated, name)
 
 
 def loader_kwargs(kwargs: Dict[str, Any]) -> None:

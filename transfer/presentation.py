@@ -1,6 +1,6 @@
 """How a replacement presents itself: names, docs, pickling, copying.
 
-The contract (issue 11): once `Registry.replace` installs ``owner.attribute =
+The contract: once `Registry.replace` installs ``owner.attribute =
 replacement``, the replacement
 
 * pickles by reference to ``owner.attribute`` (a C stand-in of fastcalls.py too): in a process without transfer the
@@ -84,7 +84,7 @@ def present(owner: Any, attribute: str, original: Any, replacement: Any) -> Any:
         return replacement
     if isinstance(replacement, types.FunctionType):
         if resolve(replacement.__module__, replacement.__qualname__) is replacement:
-            replacement = _copy_function(replacement)  # the cpu runtime's or a vendor's own function
+            replacement = copy_function(replacement)  # the cpu runtime's or a vendor's own function
         _name(replacement, path, original, owner)
         return replacement
     if inspect.isclass(replacement):
@@ -134,7 +134,7 @@ def _module(name: str) -> Any:
         return _NO_VALUE
 
 
-def _copy_function(fn: types.FunctionType) -> types.FunctionType:
+def copy_function(fn: types.FunctionType) -> types.FunctionType:
     """A second function object with the same code, globals, defaults and closure."""
     copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__

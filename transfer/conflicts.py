@@ -45,8 +45,8 @@ _USE_ONE = ("Remove `from torch_npu.contrib import transfer_to_npu` (transfer co
             "`from transfer import auto` / transfer.install() in the script).")
 
 
-def claim(registry, device: str) -> None:
-    """Refuse if another patcher is active; else mark torch as ours and guard the
+def claim(registry, device: str, version: str) -> None:
+    """Refuse if another patcher is active; else mark torch as ours (`version`: this copy's) and guard the
     import of transfer_to_npu, both undone by `registry.revert_all`."""
     import torch
 
@@ -66,13 +66,11 @@ def claim(registry, device: str) -> None:
             f"transfer would patch it a second time (CUDA calls translated twice, neither undoable). "
             + _USE_ONE
         )
-    from . import __version__
-
-    setattr(torch, MARK, {"package": _PACKAGE, "path": _PATH, "version": __version__, "device": device})
-    registry.on_revert("neighbours.mark", lambda: torch.__dict__.pop(MARK, None))
+    setattr(torch, MARK, {"package": _PACKAGE, "path": _PATH, "version": version, "device": device})
+    registry.on_revert("conflicts.mark", lambda: torch.__dict__.pop(MARK, None))
     guard = _RefuseTransferToNpu(device)
     sys.meta_path.insert(0, guard)
-    registry.on_revert("neighbours.guard", lambda: sys.meta_path.remove(guard) if guard in sys.meta_path else None)
+    registry.on_revert("conflicts.guard", lambda: sys.meta_path.remove(guard) if guard in sys.meta_path else None)
 
 
 class _RefuseTransferToNpu:

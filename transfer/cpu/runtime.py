@@ -18,7 +18,8 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 
-from .devices import invalid_ordinal, parse_cuda, raise_as_torch
+from .. import settings
+from ..devices import invalid_ordinal, parse_cuda, raise_as_torch
 
 
 # The current device, per thread as with CUDA (a new thread starts at 0). A
@@ -91,9 +92,9 @@ def device_count() -> int:
     can only mean the cpu target). Under torchrun, CUDA_VISIBLE_DEVICES=0 with 2 workers per
     node leaves one device, so rank 1's ``set_device(1)`` raises, as on CUDA.
     """
-    value = os.environ.get("TRANSFER_CPU_DEVICES", "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
+    devices = settings.cpu_devices()
+    if devices is not None:
+        return devices
     listed = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
     if listed is not None:
         return listed
@@ -266,7 +267,7 @@ def is_current_stream_capturing() -> bool:
 # so the CPU stream (torch.randperm, RandomSampler, random_split) is the one a CUDA run
 # sees. torch.manual_seed seeds them all (it calls torch.cuda.manual_seed_all itself).
 # Draws that use them: random factories with a CUDA device and the dropout family
-# (transfer/cpu_target.py). A new generator starts from the seed torch gives every
+# (transfer/cpu/target.py). A new generator starts from the seed torch gives every
 # generator, CPU or CUDA (67280421310721), as a CUDA device's does.
 _generators: list = [torch.Generator()]  # appended to, never replaced: an entry is that device's generator for good
 _generators_lock = threading.Lock()
