@@ -181,7 +181,7 @@ def table(results: Dict[str, Any]) -> str:
         lines.extend(line(target, rec) for target, rec in calllog.items())
     thirdparty = results.get("thirdparty", {}).get("targets", {})
     if thirdparty:
-        from .dropins import line as thirdparty_line
+        from .thirdparty import line as thirdparty_line
 
         lines.append("")
         lines.append("7. The CUDA-only packages' replacements / their backend called directly (median [q1-q3]; goal 1.1x)")
