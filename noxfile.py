@@ -22,6 +22,10 @@
                                  (or the versions given after --), recorded in docs/bench/, and docs/performance.md's
                                  per-call table written from those files (docs/bench.py); timings:
                                  run it on a quiet machine, never beside other sessions
+    nox -s upstream -- DIR       flash-attention's, apex's and xformers' own test suites, unmodified, at the
+                                 commits docs/upstream.py pins, from the git checkouts DIR/flash-attention,
+                                 DIR/apex, DIR/xformers, against the drop-ins on the cpu target; the counts
+                                 go to docs/thirdparty-upstream.md (outside CI: it needs those checkouts)
 
 Every session builds the wheel from this checkout, installs it (with its
 dependencies, so the dependency specification is exercised) into a virtual
@@ -411,3 +415,19 @@ def bench(session: nox.Session) -> None:
     if not install_only(session):
         session.run(sys.executable, tool, "--write", external=True)
         session.run(sys.executable, tool, external=True)
+
+
+@nox.session(venv_backend="none")
+def upstream(session: nox.Session) -> None:
+    """The upstream packages' own tests against the wheel's drop-ins (docs/upstream.py), then the counts
+    table of docs/thirdparty-upstream.md. The argument after -- is the folder holding the checkouts."""
+    if len(session.posargs) != 1 or not os.path.isdir(session.posargs[0]):
+        session.error("usage: nox -s upstream -- DIR (DIR/flash-attention, DIR/apex, DIR/xformers: git clones)")
+    tool = os.path.join(ROOT, "docs", "upstream.py")
+    sys.path.insert(0, os.path.dirname(tool))
+    import upstream as suites
+
+    wheel = build_wheel(session)
+    python = prepare_venv(session, "upstream", DEFAULT_TORCH, wheel, extra=suites.REQUIREMENTS)
+    session.run(sys.executable, tool, "--run", os.path.abspath(session.posargs[0]), python, external=True)
+    session.run(sys.executable, tool, "--write", external=True)

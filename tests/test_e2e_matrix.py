@@ -140,7 +140,7 @@ IDIOMS = {  # cell script -> (file in tests/scripts/idioms, ranks under torchrun
 _WAYS = ("env", "import", "runner")
 IDIOM_CELLS = [Cell(script, profile, _WAYS[(i + j) % 3])
                for i, script in enumerate(IDIOMS) for j, profile in enumerate(("cpu", "npu", "sdaa", "gcu"))]
-# CUDA-only packages, served by transfer/thirdparty: a LLaMA-style model on flash_attn
+# CUDA-only packages, served by transfer/dropins: a LLaMA-style model on flash_attn
 # (flash_attn_func with GQA, rotary, RMSNorm) and a ViT on xformers.ops.memory_efficient_attention.
 # Not the full cross product: the numerics are covered per target by tests/test_thirdparty_attention.py;
 # these cells show that unmodified scripts train. Each script runs on three targets with each way in

@@ -596,7 +596,7 @@ BLOCKERS = {  # (file under PUBLIC, API) scan and port must both name
     ("fused_ops_kernel.cu", "CUDA source file"), ("jit_ops.py", "triton"), ("jit_ops.py", "triton.jit"),
     ("fast_attention.py", "apex.optimizers.FusedAdam"), ("fast_attention.py", "flash_attn.flash_attn_func"),
     ("fast_attention.py", "bitsandbytes"),
-    ("fast_attention.py", "pynvml"),
+    ("fast_attention.py", "fused_lamb_CUDA"),
 }
 
 

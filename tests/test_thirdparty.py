@@ -1,5 +1,5 @@
 """The mechanism that serves CUDA-only third-party packages under their public names
-(transfer/thirdparty/__init__.py): finder, metadata, switches, undo, ways in.
+(transfer/dropins/__init__.py): finder, metadata, switches, undo, ways in.
 
 The packages' numerics are tested in tests/test_thirdparty_attention.py.
 """
@@ -85,13 +85,13 @@ def test_a_module_we_do_not_provide_says_what_is_provided(served):
         import flash_attn.models.gpt  # noqa: F401
     assert "flash_attn.bert_padding" in str(info.value)
     with pytest.raises(ModuleNotFoundError, match="flash_attn.modules"):
-        importlib.import_module("flash_attn.modules.mha")
+        importlib.import_module("flash_attn.modules.block")
 
 
 def test_uninstall_removes_the_finder_and_the_modules(served):
     import flash_attn.bert_padding  # noqa: F401
 
-    finders = [f for f in sys.meta_path if type(f).__module__ == "transfer.thirdparty"]
+    finders = [f for f in sys.meta_path if type(f).__module__ == "transfer.dropins"]
     assert finders
     served.uninstall()
     assert not [f for f in sys.meta_path if f in finders]
@@ -154,7 +154,7 @@ def test_install_imports_no_implementation_and_env_way_serves_before_torch(tmp_p
         import transfer
         transfer.install("cpu")
         loaded = [m for m in sys.modules if m.partition(".")[0] in ("flash_attn", "xformers")
-                  or m.startswith("transfer.thirdparty.")]
+                  or m.startswith("transfer.dropins.")]
         print("loaded:", loaded)
     """)
     assert result.returncode == 0, result.stderr

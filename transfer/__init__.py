@@ -158,7 +158,7 @@ def _apply(profile, registry, strict):
     from .cpu import runtime as cpu_runtime
     from .devices import Target
     from .patches import AREAS, DEFERRED, PatchContext, apply_all, apply_area
-    from .thirdparty import apply as provide_packages
+    from .dropins import apply as provide_packages
 
     if profile.is_cpu:
         from .patches.amp import cpu_amp_dtype
@@ -175,7 +175,7 @@ def _apply(profile, registry, strict):
     try:
         conflicts.claim(registry, profile.name, __version__)  # a second copy of transfer, or transfer_to_npu: refuse
         apply_all(ctx)
-        provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/thirdparty/)
+        provide_packages(ctx)  # flash_attn, xformers, ... under their public names (transfer/dropins/)
         registry.check_disabled(AREAS + ("thirdparty",),  # every area has asked for its names by now
                                 f"for the {profile.name} target on torch {torch.__version__}")
         if settings.log_directory():  # the per-call-site log (transfer/calllog.py)

@@ -34,8 +34,8 @@ def arm() -> None:
         install_when_ready()
 
     wrapt.register_post_import_hook(on_torch, "torch")
-    # `import flash_attn` before torch: import torch (installing transfer) first (thirdparty/__init__.py).
-    from .thirdparty import ImportTrigger
+    # `import flash_attn` before torch: import torch (installing transfer) first (dropins/__init__.py).
+    from .dropins import ImportTrigger
 
     sys.meta_path.insert(0, ImportTrigger())
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .profiles import PROFILES
-from .thirdparty import FLASH_ATTN_VERSION
+from .dropins import FLASH_ATTN_VERSION
 
 TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED = "translated", "no-op", "placeholder", "unsupported"
 CLASSES = (TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED)
@@ -331,7 +331,7 @@ OTHER_APIS: Tuple[_Row, ...] = (
 
 # ------------------------------------------------------------------ third-party packages
 #
-# CUDA-only packages served under their public names (transfer/thirdparty/,
+# CUDA-only packages served under their public names (transfer/dropins/,
 # whose PACKAGES table says which are provided and which refused). A row's API
 # is a dotted name; `thirdparty_api` maps a use in code to its row: the longest
 # row equal to the name or, for a module row, a prefix of it (`flash_attn.bert_padding`
@@ -348,9 +348,9 @@ _FA_VARLEN_SDPA = ("packed sequences through cu_seqlens: one SDPA call over a bl
                    "device (no host sync)")
 _FA_VARLEN_NPU = ("npu_fusion_attention TND with actual_seq_qlen/actual_seq_kvlen (cumulative lengths read on the "
                   "host: one sync per call, as the op requires)")
-_FA_PROVIDED = "transfer's flash_attn {fa} (transfer/thirdparty/flash_attn): the real package's CUDA kernels cannot run on {dev}"
+_FA_PROVIDED = "transfer's flash_attn {fa} (transfer/dropins/flash_attn): the real package's CUDA kernels cannot run on {dev}"
 
-_APEX = "transfer's apex (transfer/thirdparty/apex): the real package's CUDA kernels cannot run on {dev}"
+_APEX = "transfer's apex (transfer/dropins/apex): the real package's CUDA kernels cannot run on {dev}"
 _HALF = "float16"
 _AMP_FNS = ("state_dict", "load_state_dict", "disable_casts", "half_function", "float_function", "promote_function",
             "register_half_function", "register_float_function", "register_promote_function")
@@ -381,7 +381,9 @@ _APEX_ROWS: Tuple[_Row, ...] = (
      "min/max_loss_scale; unscale + check in one GradScaler kernel; one host read per backward, as apex", {}),
     ("apex.amp.master_params", TRANSLATED, "the optimizer's parameters", "the float32 masters with O2", {}),
     *((f"apex.amp.{name}", TRANSLATED, "apex's", "as apex; O1 casts follow torch.autocast", {}) for name in _AMP_FNS),
-    ("apex.optimizers", TRANSLATED, "transfer's apex.optimizers", "FusedAdam, FusedLAMB, FusedSGD", {}),
+    ("apex.optimizers", TRANSLATED, "transfer's apex.optimizers", "FusedAdagrad, FusedAdam, FusedLAMB, FusedSGD", {}),
+    ("apex.optimizers.FusedAdagrad", TRANSLATED, "torch foreach ops",
+     "apex's rule: L2 g += wd*p (adagrad_w_mode: decoupled), h += g*g, p -= lr*g/(sqrt(h)+eps), float32 math", {}),
     ("apex.optimizers.FusedAdam", TRANSLATED, "torch fused AdamW / foreach ops",
      "apex's rule (adam_w_mode=True default: decoupled decay; False: L2), bias_correction, one step counter per "
      "group, float32 moments for half parameters, amsgrad raises; torch's fused Adam(W) kernel for float32 "
@@ -417,16 +419,30 @@ _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex.parallel.Reducer", TRANSLATED, "torch.distributed", "broadcast at construction, reduce() sums grads", {}),
     ("apex.parallel.create_syncbn_process_group", TRANSLATED, "torch.distributed.new_group", "as apex", {}),
     ("apex.parallel.ReduceOp", TRANSLATED, "torch.distributed.ReduceOp", "", {}),
+    ("apex.parallel.LARC", TRANSLATED, "apex's LARC", "local lr trust*||p||/(||g||+wd*||p||+eps) (clip: "
+     "min(local/lr, 1)) folded into the grads, then the wrapped optimizer's step", {}),
+    ("apex.amp.init", TRANSLATED, "torch.autocast + apex's loss scaler", "apex's old handle API: O1 casts for the "
+     "process until handle._deactivate(), handle.scale_loss / wrap_optimizer", {}),
+    ("apex.mlp", TRANSLATED, "F.linear + activation", "MLP(mlp_sizes, bias, activation): every layer linear then "
+     "relu/sigmoid/none (the last included, as mlp_cuda), weight_i/bias_i as apex", {}),
+    ("apex.contrib", TRANSLATED, "transfer's apex.contrib", "clip_grad only", {}),
+    ("apex.contrib.clip_grad", TRANSLATED, "torch.nn.utils.clip_grad_norm_", "clip_grad_norm_, which apex "
+     "documents as identical to torch's", {}),
+    ("apex.fp16_utils", TRANSLATED, "torch ops", "network_to_half, FP16Model, prep_param_lists, "
+     "model_grads_to_master_grads, master_params_to_model_params, ...; FP16_Optimizer and its loss scalers "
+     "raise ImportError naming what is provided", {}),
     ("apex.multi_tensor_apply", TRANSLATED, "transfer's amp_C",
      "multi_tensor_applier(op, noop_flag, lists, *args) calls op(2048 * 32, noop_flag, lists, *args)", {}),
     ("apex.*", UNSUPPORTED, "",
-     "transfer's apex provides amp, optimizers (FusedAdam/FusedLAMB/FusedSGD), normalization, parallel and "
-     "multi_tensor_apply; contrib, transformer, fp16_utils, mlp, fused_dense, ... raise ModuleNotFoundError "
-     "naming what is provided", {}),
+     "transfer's apex provides amp, optimizers (FusedAdagrad/FusedAdam/FusedLAMB/FusedSGD), normalization, "
+     "parallel (with LARC), multi_tensor_apply, mlp, fp16_utils and contrib.clip_grad; transformer, the other "
+     "contrib packages, fused_dense, ... raise ModuleNotFoundError naming what is provided", {}),
     ("amp_C", TRANSLATED, "transfer's amp_C", "apex's multi-tensor kernels as torch foreach ops "
-     "(transfer/thirdparty/amp_C.py); chunk_size is ignored", {}),
+     "(transfer/dropins/amp_C.py); chunk_size is ignored", {}),
     *((f"amp_C.{name}", TRANSLATED, "torch foreach ops", why, {}) for name, why in _AMP_C.items()),
-    ("amp_C.*", UNSUPPORTED, "", "other amp_C kernels (novograd, adagrad, lamb_mp, update_scale_hysteresis, ...) "
+    ("amp_C.update_scale_hysteresis", TRANSLATED, "torch ops", "apex's kernel on the one-element tensors, in "
+     "place (hysteresis, backoff, growth every growth_interval clean steps)", {}),
+    ("amp_C.*", UNSUPPORTED, "", "other amp_C kernels (novograd, adagrad, lamb_mp, ...) "
      "are not provided: AttributeError naming what is", {}),
 )
 
@@ -455,38 +471,63 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
     ("flash_attn.bert_padding", TRANSLATED, "torch indexing", "pad_input, unpad_input (5 values, as 2.7), "
      "index_first_axis, index_put_first_axis: plain torch ops", {}),
     ("flash_attn.layers.rotary", TRANSLATED, "torch ops", "apply_rotary_emb (interleaved or not, partial rotary_dim, "
-     "seqlen_offsets, varlen cu_seqlens), apply_rotary_emb_qkv_/kv_, RotaryEmbedding", {}),
+     "seqlen_offsets, varlen cu_seqlens, in place also on a leaf), apply_rotary_emb_qkv_/kv_, RotaryEmbedding, "
+     "apply_rotary_emb_torch", {}),
+    ("rotary_emb", TRANSLATED, "torch ops", "flash-attention's compiled rotary extension: apply_rotary(x1, x2, cos, "
+     "sin, out1, out2, conj) with the kernel's float32 arithmetic", {}),
+    ("xentropy_cuda_lib", UNSUPPORTED, "", "flash-attention's compiled cross-entropy kernel: `import` raises "
+     "ModuleNotFoundError naming torch.nn.CrossEntropyLoss instead", {}),
+    ("dropout_layer_norm", UNSUPPORTED, "", "flash-attention's compiled dropout+LayerNorm kernel: `import` raises "
+     "ModuleNotFoundError naming flash_attn.ops.layer_norm / rms_norm (provided) instead", {}),
+    ("fused_lamb_CUDA", UNSUPPORTED, "", "the project's OWN compiled CUDA extension (NVIDIA DeepLearningExamples' "
+     "BERT builds it from lamb_amp_opt/ with CUDAExtension): not a package transfer provides; build it for the "
+     "target or use apex.optimizers.FusedLAMB (provided)", {}),
     ("flash_attn.ops.rms_norm", TRANSLATED, "torch ops", "RMSNorm, rms_norm, DropoutAddRMSNorm, dropout_add_rms_norm "
      "in float32 accumulation, as the fused kernel computes", {}),
     ("flash_attn.ops.layer_norm", TRANSLATED, "torch ops", "DropoutAddLayerNorm, dropout_add_layer_norm, "
      "layer_norm", {}),
     ("flash_attn.ops.triton.layer_norm", TRANSLATED, "torch ops", "layer_norm_fn, rms_norm_fn (residual, "
      "prenorm, dropout, residual_in_fp32), LayerNorm, RMSNorm", {}),
+    ("flash_attn.losses.cross_entropy", TRANSLATED, "torch ops", "CrossEntropyLoss / cross_entropy_loss with the "
+     "kernel's formula (label_smoothing, logit_scale, z-loss, ignore_index), float32; process_group raises", {}),
+    ("flash_attn.modules.mha", TRANSLATED, "transfer's flash_attn functions", "MHA with flash-attention's "
+     "parameters (Wqkv / Wq+Wkv, out_proj, rotary_emb): MQA/GQA, rotary, causal, ALiBi, windows, key_padding_mask, "
+     "varlen cu_seqlens, return_residual; inference_params (KV cache) and dwconv raise", {}),
+    ("flash_attn.ops.fused_dense", TRANSLATED, "F.linear", "FusedDense, fused_dense_func, FusedMLP, fused_mlp_func "
+     "(gelu_approx, relu, sqrelu; return_residual); tensor parallelism raises", {}),
     ("flash_attn.*", UNSUPPORTED, "", "transfer's flash_attn provides the interface functions, bert_padding, "
-     "layers.rotary and the ops norms; other modules (models, modules, losses, fused_dense, ...) raise "
-     "ModuleNotFoundError naming what is provided", {}),
+     "layers.rotary, losses.cross_entropy, modules.mha, ops.fused_dense and the ops norms; other modules (models, "
+     "modules.block, ...) raise ModuleNotFoundError naming what is provided and what to use instead", {}),
     ("xformers", TRANSLATED, "transfer's xformers",
-     "transfer's xformers (transfer/thirdparty/xformers): the real package's CUDA kernels cannot run on {dev}", {}),
+     "transfer's xformers (transfer/dropins/xformers): the real package's CUDA kernels cannot run on {dev}", {}),
     ("xformers.ops.memory_efficient_attention", TRANSLATED, "scaled_dot_product_attention",
      "[B, M, H, K] layout, scale, p (dropout), GQA via 5-D [B, M, G, H, K] inputs; attn_bias: a tensor, "
      "LowerTriangularMask (and FromBottomRight), LowerTriangularMaskWithTensorBias, BlockDiagonalMask "
-     "(causal variants, from_seqlens) as SDPA masks; op= is ignored (a kernel choice)", {}),
+     "(causal variants, from_seqlens), LocalAttentionFromBottomRightMask as SDPA masks; op= / attention_op= "
+     "accept xformers' operator classes (MemoryEfficientAttention*Op, fmha.cutlass.FwOp, ...), a kernel choice", {}),
     ("xformers.ops", TRANSLATED, "transfer's xformers.ops", "memory_efficient_attention, the attn_bias classes, "
-     "unbind", {}),
+     "operator classes, SwiGLU/swiglu, scaled_index_add, index_select_cat, unbind", {}),
+    ("xformers.ops.SwiGLU", TRANSLATED, "F.linear + F.silu", "linear(silu(x W1 + b1) * (x W2 + b2), W3, b3); w12 "
+     "packed (or w1/w2) and w3 as xformers'", {}),
+    ("xformers.ops.scaled_index_add", TRANSLATED, "Tensor.index_add_", "in place: input.index_add_(0, index, "
+     "scaling * source, alpha)", {}),
+    ("xformers.ops.index_select_cat", TRANSLATED, "torch.cat", "cat of each source[index].flatten()", {}),
     ("xformers.ops.fmha", TRANSLATED, "transfer's xformers.ops.fmha",
      "memory_efficient_attention(_forward), attn_bias classes", {}),
     ("xformers.ops.unbind", TRANSLATED, "torch.unbind", "", {}),
     ("xformers.*", UNSUPPORTED, "", "transfer's xformers provides xformers.ops attention (memory_efficient_attention, "
-     "fmha, attn_bias, unbind); other modules raise ModuleNotFoundError naming what is provided", {}),
+     "fmha, attn_bias, operator classes), SwiGLU, the indexing ops and unbind; other modules raise "
+     "ModuleNotFoundError, other names ImportError, naming what is provided", {}),
     *_APEX_ROWS,
-    # Packages transfer does not serve (no transfer/thirdparty/ tree): what breaks, and what to use on the target.
+    # Packages transfer does not serve (no transfer/dropins/ tree): what breaks, and what to use on the target.
     ("bitsandbytes", UNSUPPORTED, "",
      "not provided by transfer: its 8-bit/4-bit layers and optimizers (bnb.nn.Linear8bitLt, Linear4bit, "
      "bnb.optim.AdamW8bit, ...) are CUDA C++ kernels; use torch.nn.Linear and torch.optim.AdamW (fused/foreach), or "
      "the vendor's quantization tools", {}),
-    ("pynvml", UNSUPPORTED, "",
-     "not provided by transfer: NVML talks to NVIDIA's driver only (nvmlInit fails without it); for device counts "
-     "and memory use torch.{dev}.device_count() and torch.{dev}.mem_get_info()", {}),
+    ("pynvml", TRANSLATED, "transfer's pynvml",
+     "NVML's queries answered for {dev}: nvmlInit, device count, handles, names, memory info (mem_get_info), "
+     "utilization where the target measures it, CPU affinity; other nvml* calls raise NVMLError_NotSupported "
+     "naming the call (transfer/dropins/pynvml.py)", {}),
     ("cupy", UNSUPPORTED, "",
      "not provided by transfer: CuPy arrays and RawKernels live in CUDA memory; use torch tensors on '{dev}' "
      "(torch covers most numpy/cupy array operations)", {}),
@@ -517,7 +558,8 @@ _OTHER: Dict[str, _Row] = {row[0]: row for row in OTHER_APIS + THIRDPARTY_APIS}
 
 #: Package rows that cover only themselves and their dunders: their modules are judged one by one.
 _PACKAGE_ROWS = frozenset({"flash_attn", "flash_attn.ops", "flash_attn.layers", "xformers", "transformer_engine",
-                           "apex", "apex.amp", "apex.optimizers", "apex.normalization", "apex.parallel", "amp_C"})
+                           "apex", "apex.amp", "apex.contrib", "apex.optimizers", "apex.normalization", "apex.parallel",
+                           "amp_C"})
 
 
 def thirdparty_api(qualified: str) -> Optional[str]:

@@ -278,6 +278,6 @@ def test_transformers_takes_flash_attention_2_and_computes_what_sdpa_computes(tm
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["available"] is True and result["implementation"] == "flash_attention_2", result
-    served = os.path.join(os.path.dirname(os.path.abspath(transfer.__file__)), "thirdparty")
+    served = os.path.join(os.path.dirname(os.path.abspath(transfer.__file__)), "dropins")
     assert os.path.abspath(result["flash_attn"]).startswith(served + os.sep), result  # transfer's, not a wheel
     assert result["max_diff"] <= 0.02 * max(1.0, result["scale"]), result  # bfloat16: 8 bits of mantissa

@@ -371,9 +371,16 @@ def __getattr__(name: str) -> Any:
 # Streams and events: CPU work is synchronous, so streams only need to exist;
 # events measure wall time so CUDA-event timing code reports real durations.
 class Stream:
+    """One stream per virtual device: ``stream_id`` 0 (CUDA's default stream), ``device_index`` the
+    virtual ordinal, ``device_type`` 1 (c10's DeviceType.CUDA), as torch's test harness reads them."""
+
+    stream_id = 0
+    device_type = 1
+
     def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any):
         self.device = torch.device("cpu")
         self.priority = priority
+        self.device_index = _index(device)
 
     def wait_stream(self, stream: "Stream") -> None:
         pass
@@ -399,7 +406,7 @@ class Stream:
         return hash(Stream)
 
 
-_DEFAULT_STREAM = Stream()
+_DEFAULT_STREAM = Stream(0)
 
 
 def current_stream(device: Any = None) -> Stream:
@@ -504,3 +511,40 @@ PLACEHOLDERS = frozenset(
         "memory_summary",
     }
 )
+
+
+# ---------------------------------------------------------------- torch._C's private CUDA entry points
+# torch's own CUDA test harness (torch/testing/_internal/common_utils.py: CudaNonDefaultStream,
+# CudaMemoryLeakCheck, setBlasBackendsToDefaultFinally) and code copied from it call these directly on
+# torch._C; a CPU build has none of them. patches/legacy_types.py installs them on the cpu target.
+
+def _cuda_setStream(stream_id: int = 0, device_index: int = 0, device_type: int = 1) -> None:
+    """Make a stream current: every virtual device has one stream, so this selects nothing."""
+
+
+def _cuda_getCurrentStream(device_index: int = 0) -> tuple:
+    return (0, _index(device_index), 1)
+
+
+def _cuda_setDevice(device: int) -> None:
+    set_device(device)
+
+
+def _cuda_getDevice() -> int:
+    return current_device()
+
+
+def _cuda_cudaCachingAllocator_is_enabled() -> bool:
+    return True  # CUDA's default: tests that need the caching allocator run (memory_allocated() is 0)
+
+
+PRIVATE_ENTRY_POINTS = {
+    "_cuda_setStream": _cuda_setStream, "_cuda_getCurrentStream": _cuda_getCurrentStream,
+    "_cuda_setDevice": _cuda_setDevice, "_cuda_getDevice": _cuda_getDevice,
+    # not _cuda_getDeviceCount: torch.cuda._is_compiled() is hasattr(torch._C, "_cuda_getDeviceCount"), and
+    # torch's dynamo then imports the CUDA build's other entry points (_cuda_getCurrentRawStream, ...)
+    "_cuda_cudaCachingAllocator_is_enabled": _cuda_cudaCachingAllocator_is_enabled,
+    # cuBLAS workspaces: none to free or resize
+    "_cuda_clearCublasWorkspaces": _noop, "_cuda_resetCublasWorkspaceSize": _noop,
+    "_cuda_resetCublasLtWorkspaceSize": _noop, "_cuda_synchronize": _noop, "_cuda_emptyCache": _noop,
+}

@@ -18,6 +18,9 @@ tensor          a move naming CUDA copies (``.to``, ``.cuda``), as CUDA      ``c
                 copies host memory to the device; ``pin_memory()`` copies    patches/_calls.py,
                 without pinning; ``is_cuda`` is ``is_cpu``;                  `pin_memory`,
                 ``record_stream(torch.cuda stream)`` does nothing             `record_stream`
+legacy_types    ``x.type()`` of a host tensor is ``'torch.cuda.FloatTensor'``  patches/legacy_types.py
+                (as ``is_cuda`` is True); torch._C's private CUDA entry
+                points (``_cuda_setStream``, ...) exist, answered here
 module          Module.to keeps the CUDA device for Tensor.to, which copies  `module_to`
 factories       ``as_tensor`` / ``asarray`` with a CUDA device copy; random  `copying_factory`,
                 factories with one draw from the device's generator          patches/rng.py

@@ -33,6 +33,8 @@ AREAS = (
     "serialization",  # torch.load map_location and CUDA checkpoints
     "amp",  # torch.autocast / GradScaler device types
     "data",  # DataLoader pin_memory, torch.Generator, default device
+    "cuda_libraries",  # ctypes.CDLL('libcudart.so') -> the CUDA runtime's answers for the target
+    "legacy_types",  # torch.cuda.FloatTensor & co., Tensor.type(), set_default_tensor_type; cpu: torch._C._cuda_*
     "distributed",  # init_process_group / new_group: nccl -> vendor backend
     "device_mesh",  # DeviceMesh("cuda") / init_device_mesh("cuda"): the target's device type (FSDP2, DTensor)
     "fsdp",  # cpu target: FullyShardedDataParallel(device_id=cuda ordinal) -> torch's CPU FSDP; sync_module_states over gloo

@@ -24,7 +24,7 @@ This area decides instead, per target, when DeepSpeed asks for the first time
   the cpu target: that one takes CPU-only paths and JIT-builds C++ ops (shm_comm,
   fused_adam) at start, minutes on a small machine. Its
   FusedAdam op (``multi_tensor_adam``) is served by transfer with DeepSpeed's
-  update rule (transfer/thirdparty/_multi_tensor.py, shared with apex's
+  update rule (transfer/dropins/_multi_tensor.py, shared with apex's
   amp_C); the host-side optimizers (DeepSpeedCPUAdam, ...) use DeepSpeed's CPU
   builders, as on CUDA; any other op builder is DeepSpeed's CUDA one, whose
   ``.cu`` build transfer refuses clearly (custom_ops).
@@ -129,13 +129,13 @@ class FusedAdamOp:
     beta2, epsilon, step, mode, bias_correction, weight_decay)``: DeepSpeed's AdamFunctor, adapted
     from apex's and computing the same (mode 1: decoupled weight decay p -= lr*(m_hat/(sqrt(v_hat)+eps)
     + wd*p); mode 0: g += wd*p first; float32 math, each list stored in its own dtype; the flag is
-    ignored, as the kernel does): apex's amp_C.multi_tensor_adam, transfer/thirdparty/amp_C.py.
+    ignored, as the kernel does): apex's amp_C.multi_tensor_adam, transfer/dropins/amp_C.py.
     """
 
     @staticmethod
     def multi_tensor_adam(chunk_size, noop_flag, tensor_lists, lr, beta1, beta2, epsilon, step, mode,
                           bias_correction, weight_decay):
-        from ..thirdparty import amp_C
+        from ..dropins import amp_C
 
         amp_C.multi_tensor_adam(chunk_size, noop_flag, tensor_lists, lr, beta1, beta2, epsilon, step, mode,
                                 bias_correction, weight_decay)

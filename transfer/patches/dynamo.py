@@ -106,6 +106,26 @@ def apply(ctx) -> None:
     ctx.registry.replace_when_imported("dynamo.cuda_triton", "torch._dynamo.device_interface", "CudaInterface",
                                        "raise_if_triton_unavailable", make_triton_check)
 
+    # Triton >= 3's NVIDIA and AMD drivers count as active when torch.cuda.is_available() (triton/backends/
+    # */driver.py), and torch >= 2.5's has_triton() asks CUDA's device interface the same: both read the
+    # target's True, so inductor reached triton's NVIDIA driver, which asserts that libcuda exists ("libcuda.so
+    # cannot found!") wherever triton is installed over a build without CUDA (the cpu target). No triton CUDA
+    # kernel can run where transfer is active: both get the build's own answer (False without CUDA).
+    native_is_available = ctx.registry.get_original(torch.cuda, "is_available")
+
+    def make_native_check(original):
+        def is_available():
+            return native_is_available()
+
+        is_available.__wrapped__ = original
+        return staticmethod(is_available)
+
+    ctx.registry.replace_when_imported("dynamo.cuda_interface_available", "torch._dynamo.device_interface",
+                                       "CudaInterface", "is_available", make_native_check)
+    for backend, cls in (("nvidia", "CudaDriver"), ("amd", "HIPDriver")):
+        ctx.registry.replace_when_imported(f"dynamo.triton_{backend}_driver", f"triton.backends.{backend}.driver",
+                                           cls, "is_active", make_native_check)
+
     def make_optimize(original):
         return _policy_optimize(ctx, original)
 

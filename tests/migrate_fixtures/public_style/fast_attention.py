@@ -3,7 +3,7 @@ import torch.nn as nn
 from apex.optimizers import FusedAdam
 from flash_attn import flash_attn_func
 import bitsandbytes as bnb
-import pynvml
+import fused_lamb_CUDA  # the project's own compiled extension (DeepLearningExamples BERT)
 
 
 class Attention(nn.Module):

@@ -674,6 +674,8 @@ def _typed_tensor_class(cls_name: str, dtype: torch.dtype, device_type: str, mod
 
         def __call__(cls, *args, device=None):
             device = torch.device(device_type) if device is None else torch.device(device)
+            if len(args) == 1 and isinstance(args[0], torch.Size):  # sizes, as torch's legacy constructor reads it
+                args = tuple(args[0])
             if len(args) == 1 and not isinstance(args[0], int):
                 return torch.tensor(args[0], dtype=dtype, device=device)
             return torch.empty(*args, dtype=dtype, device=device)

@@ -1,0 +1,1 @@
+"""apex.contrib, provided by transfer: clip_grad only (the other contrib packages are CUDA extensions)."""

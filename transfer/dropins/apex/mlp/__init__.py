@@ -1,0 +1,1 @@
+from .mlp import MLP, MlpFunction, mlp_function  # noqa: F401

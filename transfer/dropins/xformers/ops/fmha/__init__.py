@@ -1,0 +1,108 @@
+"""xformers.ops.fmha (0.0.29 API) on SDPA (transfer/dropins/_attention.py).
+
+``memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,
+output_dtype=None)``: tensors [B, M, H, K] (also [B, M, K], and [B, M, G, H, K] for grouped
+heads); scale defaults to 1/sqrt(K); ``p`` is dropout; ``attn_bias`` a tensor broadcastable to
+[B, H, Mq, Mk] or one of `attn_bias`'s classes. ``op`` chooses a CUDA kernel: xformers' operator classes (``cutlass.FwOp``, the
+``MemoryEfficientAttention*Op`` pairs, fmha/common.py) are accepted and every one computes the same
+attention. A bias type not listed raises TypeError.
+"""
+
+from transfer.dropins._missing import missing
+import torch
+
+from transfer.dropins import _attention as _impl
+from xformers.ops.fmha import attn_bias  # noqa: F401
+from xformers.ops.fmha.attn_bias import (  # noqa: F401
+    AttentionBias,
+    BlockDiagonalCausalFromBottomRightMask,
+    BlockDiagonalCausalLocalAttentionFromBottomRightMask,
+    BlockDiagonalCausalLocalAttentionMask,
+    BlockDiagonalCausalMask,
+    BlockDiagonalMask,
+    LowerTriangularFromBottomRightLocalAttentionMask,
+    LowerTriangularFromBottomRightMask,
+    LowerTriangularMask,
+    LowerTriangularMaskWithTensorBias,
+    LocalAttentionFromBottomRightMask,
+)
+from xformers.ops.fmha import ck, ck_decoder, ck_splitk, common, cutlass, flash, triton_splitk  # noqa: F401,E402
+from xformers.ops.fmha.common import AttentionBwOpBase, AttentionFwOpBase, AttentionOp, AttentionOpBase  # noqa
+
+MemoryEfficientAttentionCutlassOp = (cutlass.FwOp, cutlass.BwOp)
+MemoryEfficientAttentionCutlassFwdFlashBwOp = (cutlass.FwOp, flash.BwOp)
+MemoryEfficientAttentionFlashAttentionOp = (flash.FwOp, flash.BwOp)
+MemoryEfficientAttentionCkOp = (ck.FwOp, ck.BwOp)
+MemoryEfficientAttentionCkDecoderOp = (ck_decoder.FwOp, ck.BwOp)
+MemoryEfficientAttentionSplitKCkOp = (ck_splitk.FwOp, ck.BwOp)
+
+
+def _window(bias):
+    """(left, right) of a causal bias: right 0, left window - 1 (or unbounded)."""
+    return (-1 if bias._window is None else bias._window - 1), 0
+
+
+def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0, scale=None, *, op=None,
+                               output_dtype=None):
+    squeeze = query.dim() == 3
+    if squeeze:
+        query, key, value = query.unsqueeze(2), key.unsqueeze(2), value.unsqueeze(2)
+    grouped = query.dim() == 5
+    if grouped:
+        b, m, g, h, kdim = query.shape
+        query = query.reshape(b, m, g * h, kdim)
+        key = key.reshape(key.shape[0], key.shape[1], -1, key.shape[-1])
+        value = value.reshape(value.shape[0], value.shape[1], -1, value.shape[-1])
+    scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    if attn_bias is None or isinstance(attn_bias, torch.Tensor):
+        extra = attn_bias
+        out = _impl.attention(q, k, v, scale=scale, left=-1, right=-1, dropout_p=p, top_left=True, bias=extra)[0]
+    elif isinstance(attn_bias, BlockDiagonalMask):
+        if query.shape[0] != 1:
+            raise ValueError(f"BlockDiagonalMask expects packed inputs of batch size 1, got {tuple(query.shape)}")
+        left, right = _window(attn_bias) if attn_bias._causal else (-1, -1)
+        cu_q = attn_bias.q_seqinfo.seqstart.to(query.device)
+        cu_k = attn_bias.k_seqinfo.seqstart.to(query.device)
+        out = _impl.varlen_attention(query[0], key[0], value[0], cu_q, cu_k, attn_bias.q_seqinfo.max_seqlen,
+                                     attn_bias.k_seqinfo.max_seqlen, scale=scale, left=left, right=right,
+                                     dropout_p=p, top_left=attn_bias._top_left)[0].unsqueeze(0).transpose(1, 2)
+    elif isinstance(attn_bias, LocalAttentionFromBottomRightMask):
+        out = _impl.attention(q, k, v, scale=scale, left=attn_bias.window_left, right=attn_bias.window_right,
+                              dropout_p=p, top_left=False)[0]
+    elif isinstance(attn_bias, (LowerTriangularMask, LowerTriangularFromBottomRightMask)):
+        left, right = _window(attn_bias)
+        extra = attn_bias._bias if isinstance(attn_bias, LowerTriangularMaskWithTensorBias) else None
+        out = _impl.attention(q, k, v, scale=scale, left=left, right=right, dropout_p=p,
+                              top_left=attn_bias._top_left, bias=extra)[0]
+    else:
+        raise TypeError(f"memory_efficient_attention: attn_bias of type {type(attn_bias).__name__} is not provided "
+                        "by transfer's xformers (a torch.Tensor, LowerTriangularMask*, BlockDiagonal* masks are)")
+    out = out.transpose(1, 2)
+    if grouped:
+        out = out.reshape(b, m, g, h, -1)
+    if squeeze:
+        out = out.squeeze(2)
+    return out if output_dtype is None else out.to(output_dtype)
+
+
+def memory_efficient_attention_forward(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,
+                                       output_dtype=None):
+    return memory_efficient_attention(query, key, value, attn_bias, p, scale, op=op, output_dtype=output_dtype)
+
+
+memory_efficient_attention_forward_requires_grad = memory_efficient_attention_forward
+
+
+def memory_efficient_attention_backward(*args, **kwargs):
+    raise NotImplementedError("xformers.ops.memory_efficient_attention_backward is not provided by transfer: "
+                              "call memory_efficient_attention and use autograd")
+
+
+_PROVIDED = sorted(n for n in dir() if not n.startswith('_') and n not in ('torch', 'missing'))
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise missing('xformers.ops.fmha', name, _PROVIDED, 'xformers')

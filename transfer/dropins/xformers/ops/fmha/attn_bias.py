@@ -1,0 +1,247 @@
+"""xformers.ops.fmha.attn_bias (0.0.29 API): the attention biases public code passes.
+
+Semantics as in xformers: LowerTriangularMask is causal from the TOP-LEFT corner (query i
+sees keys j <= i); the *FromBottomRight* variants shift it so the last query sees the last
+key; BlockDiagonal* masks split packed sequences ([1, total, H, K]) into blocks, the causal
+ones top-left per block (FromBottomRight: bottom-right per block); the local-attention
+variants keep keys within `window_size` (j > i + shift - window_size). Unlike xformers'
+LowerTriangularMask (a torch.Tensor subclass), these are plain objects.
+"""
+
+import math
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+
+
+class AttentionBias:
+    """Base class of the structured biases accepted by memory_efficient_attention."""
+
+    HOLDS_DENSE_TENSOR = False
+
+    def materialize(self, shape: Tuple[int, ...], dtype: torch.dtype = torch.float32,
+                    device: Union[str, torch.device] = "cpu") -> torch.Tensor:
+        raise NotImplementedError()
+
+
+def _causal(shape, dtype, device, window_size=None, from_bottomright=False):
+    nq, nk = shape[-2:]
+    shift = nk - nq if from_bottomright else 0
+    mask = torch.tril(torch.ones(shape, dtype=torch.float32, device=device), diagonal=shift)
+    if window_size is not None:
+        mask = torch.triu(mask, diagonal=shift - window_size + 1)
+    return torch.log(mask).to(dtype)
+
+
+class LowerTriangularMask(AttentionBias):
+    """Causal, from the top-left corner."""
+
+    _top_left, _window = True, None
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        return _causal(shape, dtype, device)
+
+    def add_bias(self, bias: torch.Tensor) -> "LowerTriangularMaskWithTensorBias":
+        return LowerTriangularMaskWithTensorBias(bias)
+
+
+class LowerTriangularMaskWithTensorBias(LowerTriangularMask):
+    """Top-left causal plus an additive tensor bias."""
+
+    HOLDS_DENSE_TENSOR = True
+
+    def __init__(self, bias: torch.Tensor):
+        self._bias = bias
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        return super().materialize(shape, dtype, device) + self._bias
+
+
+class LowerTriangularFromBottomRightMask(AttentionBias):
+    """Causal, the last query seeing the last key."""
+
+    _top_left, _window = False, None
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        return _causal(shape, dtype, device, from_bottomright=True)
+
+    def make_local_attention(self, window_size: int) -> "LowerTriangularFromBottomRightLocalAttentionMask":
+        return LowerTriangularFromBottomRightLocalAttentionMask(window_size)
+
+    def to(self, device):
+        return self
+
+
+class LowerTriangularFromBottomRightLocalAttentionMask(LowerTriangularFromBottomRightMask):
+    """Bottom-right causal within `window_size` keys."""
+
+    def __init__(self, _window_size: int):
+        if _window_size <= 0:
+            raise ValueError(f"Expected `window_size > 0`, but window_size={_window_size}")
+        self._window = self._window_size = _window_size
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        return _causal(shape, dtype, device, window_size=self._window, from_bottomright=True)
+
+
+class LocalAttentionFromBottomRightMask(AttentionBias):
+    """Query i sees key j when -window_left <= j - (nk - nq) - i <= window_right (bottom-right aligned)."""
+
+    def __init__(self, window_left: int, window_right: int):
+        if window_left < 0 or window_right < 0:
+            raise ValueError(f"Invalid window value passed to `LocalAttentionFromBottomRightMask`: expected "
+                             f"`window_left > 0` and `window_right > 0` but got window_left={window_left} and "
+                             f"window_right={window_right}")
+        self.window_left, self.window_right = window_left, window_right
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        nq, nk = shape[-2:]
+        i = torch.arange(nq, device=device).view(-1, 1)
+        j = torch.arange(nk, device=device).view(1, -1) - (nk - nq)
+        keep = ((j - i) >= -self.window_left) & ((j - i) <= self.window_right)
+        return torch.zeros(shape, dtype=dtype, device=device).masked_fill(~keep, float("-inf"))
+
+    def to(self, device):
+        return self
+
+
+class _SeqLenInfo:
+    def __init__(self, seqstart: torch.Tensor, max_seqlen: int, min_seqlen: int, seqstart_py: List[int]):
+        self.seqstart, self.max_seqlen, self.min_seqlen, self.seqstart_py = seqstart, max_seqlen, min_seqlen, seqstart_py
+
+    def intervals(self):
+        yield from zip(self.seqstart_py, self.seqstart_py[1:])
+
+    @classmethod
+    def from_seqlens(cls, seqlens, *, device=None) -> "_SeqLenInfo":
+        if isinstance(seqlens, torch.Tensor):
+            seqlens = seqlens.tolist()
+        starts = [0]
+        for n in seqlens:
+            starts.append(starts[-1] + int(n))
+        lens = [int(n) for n in seqlens]
+        return cls(torch.tensor(starts, dtype=torch.int32, device=device), max(lens), min(lens), starts)
+
+    def to(self, device):
+        return _SeqLenInfo(self.seqstart.to(device), self.max_seqlen, self.min_seqlen, self.seqstart_py)
+
+    def split(self, x: torch.Tensor, batch_sizes: Optional[Sequence[int]] = None) -> List[torch.Tensor]:
+        if self.seqstart_py[-1] != x.shape[1] or x.shape[0] != 1:
+            raise ValueError(f"Invalid `torch.Tensor` of shape {x.shape}, expected format (B, M, *) with B=1 and "
+                             f"M={self.seqstart_py[-1]}\n seqstart: {self.seqstart_py}")
+        if batch_sizes is None:
+            batch_sizes = [1] * (len(self.seqstart_py) - 1)
+        chunks, it = [], 0
+        for bs in batch_sizes:
+            chunks.append(self.seqstart_py[it + bs] - self.seqstart_py[it])
+            it += bs
+        return [t.reshape([bs, -1, *t.shape[2:]]) for bs, t in zip(batch_sizes, x.split(chunks, dim=1))]
+
+
+class BlockDiagonalMask(AttentionBias):
+    """Queries in block i attend only to keys in block i."""
+
+    _causal, _top_left, _window = False, True, None
+
+    def __init__(self, q_seqinfo: _SeqLenInfo, k_seqinfo: _SeqLenInfo, _batch_sizes=None, _window_size=None):
+        self.q_seqinfo, self.k_seqinfo, self._batch_sizes = q_seqinfo, k_seqinfo, _batch_sizes
+        if _window_size is not None:
+            self._window = self._window_size = _window_size
+
+    def _block(self, shape, dtype, device):
+        if not self._causal:
+            return torch.zeros(shape, dtype=dtype, device=device)
+        return _causal(shape, dtype, device, window_size=self._window, from_bottomright=not self._top_left)
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        assert shape[-1] == self.k_seqinfo.seqstart_py[-1], (shape[-1], self.k_seqinfo.seqstart_py[-1])
+        assert shape[-2] == self.q_seqinfo.seqstart_py[-1], (shape[-2], self.q_seqinfo.seqstart_py[-1])
+        mask = torch.full(shape[-2:], -math.inf, dtype=dtype, device=device)
+        for (qs, qe), (ks, ke) in zip(self.q_seqinfo.intervals(), self.k_seqinfo.intervals()):
+            mask[qs:qe, ks:ke] = self._block((qe - qs, ke - ks), dtype, device)
+        for _ in range(len(shape) - 2):
+            mask = mask.unsqueeze(0)
+        return mask.expand(shape)
+
+    @classmethod
+    def from_seqlens(cls, q_seqlen, kv_seqlen=None, *, device=None):
+        assert kv_seqlen is None or len(q_seqlen) == len(kv_seqlen)
+        q_info = _SeqLenInfo.from_seqlens(q_seqlen, device=device)
+        k_info = q_info if kv_seqlen is None or list(q_seqlen) == list(kv_seqlen) else \
+            _SeqLenInfo.from_seqlens(kv_seqlen, device=device)
+        return cls(q_seqinfo=q_info, k_seqinfo=k_info)
+
+    @classmethod
+    def from_tensor_list(cls, tensors: Sequence[torch.Tensor]):
+        batch_sizes = [t.shape[0] for t in tensors]
+        seqlens = [t.shape[1] for t in tensors for _ in range(t.shape[0])]
+        bias = cls.from_seqlens(seqlens)
+        bias._batch_sizes = batch_sizes
+        return bias, torch.cat([t.reshape([1, -1, *t.shape[2:]]) for t in tensors], dim=1)
+
+    @classmethod
+    def from_tensor_lists_qkv(cls, tensors_q, tensors_k, tensors_v=None):
+        batch_sizes = [t.shape[0] for t in tensors_q]
+        q_lens = [q.shape[1] for q in tensors_q for _ in range(q.shape[0])]
+        k_lens = [k.shape[1] for k in tensors_k for _ in range(k.shape[0])]
+        bias = cls.from_seqlens(q_lens, k_lens)
+        bias._batch_sizes = batch_sizes
+
+        def cat(ts):
+            return torch.cat([t.reshape([1, -1, *t.shape[2:]]) for t in ts], dim=1)
+
+        return bias, cat(tensors_q), cat(tensors_k), cat(tensors_v) if tensors_v is not None else None
+
+    def split_queries(self, tensor):
+        return self.q_seqinfo.split(tensor, self._batch_sizes)
+
+    def split_kv(self, tensor):
+        return self.k_seqinfo.split(tensor, self._batch_sizes)
+
+    def split(self, tensor):
+        assert self.q_seqinfo is self.k_seqinfo
+        return self.q_seqinfo.split(tensor, self._batch_sizes)
+
+    def _as(self, cls, window=None):
+        return cls(self.q_seqinfo, self.k_seqinfo, self._batch_sizes, window)
+
+    def make_causal(self):
+        return self._as(BlockDiagonalCausalMask)
+
+    def make_causal_from_bottomright(self):
+        return self._as(BlockDiagonalCausalFromBottomRightMask)
+
+    def make_local_attention(self, window_size: int):
+        return self._as(BlockDiagonalCausalLocalAttentionMask, window_size)
+
+    def make_local_attention_from_bottomright(self, window_size: int):
+        return self._as(BlockDiagonalCausalLocalAttentionFromBottomRightMask, window_size)
+
+    def to(self, device):
+        return type(self)(self.q_seqinfo.to(device), self.k_seqinfo.to(device), self._batch_sizes, self._window)
+
+
+class BlockDiagonalCausalMask(BlockDiagonalMask):
+    """Each block causal from its top-left corner."""
+
+    _causal = True
+
+
+class BlockDiagonalCausalFromBottomRightMask(BlockDiagonalMask):
+    """Each block causal from its bottom-right corner (a non-causal prefix of keys)."""
+
+    _causal, _top_left = True, False
+
+
+class BlockDiagonalCausalLocalAttentionMask(BlockDiagonalCausalMask):
+    """Each block causal (top-left) within `_window_size` keys."""
+
+
+class BlockDiagonalCausalLocalAttentionFromBottomRightMask(BlockDiagonalCausalFromBottomRightMask):
+    """Each block causal (bottom-right) within `_window_size` keys."""
+
+
+__all__ = [n for n in dir() if n[0].isupper()]
