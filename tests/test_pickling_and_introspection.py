@@ -58,7 +58,7 @@ def _native_facts(records):
             signature = str(inspect.signature(obj)) if callable(obj) else None
         except (TypeError, ValueError) as exc:
             signature = type(exc)
-        facts[r.name] = dict(obj=obj, pickles=pickles, signature=signature,
+        facts[r.name] = dict(obj=obj, pickles=pickles, signature=signature, missing=not hasattr(r.owner, r.attribute),
                              names={a: getattr(obj, a, None) for a in ("__name__", "__module__", "__qualname__", "__doc__")})
     return facts
 
@@ -78,6 +78,8 @@ def _problems(record, native):
             found.append(f"pickle: {type(exc).__name__}: {exc}")
     if copy.copy(obj) is not obj or copy.deepcopy(obj) is not obj and copy.deepcopy(obj) != obj:
         found.append("copy/deepcopy made a new object")
+    if native["missing"]:
+        return found  # added where torch lacks it (torch._C's CUDA entry points on a CPU build): no native to mirror
     names = native["names"]
     for attribute in ("__name__", "__doc__"):
         if names[attribute] is not None and getattr(obj, attribute, None) != names[attribute]:
@@ -145,8 +147,12 @@ def _loaded(stdout: bytes) -> bool:
 
 def _pickled_records(registry):
     out = []
+    from transfer.registry import MISSING
+
     for r in registry.records():
         obj = getattr(r.owner, r.attribute)
+        if r.original is MISSING:
+            continue  # added where torch lacks it: a process without transfer has nothing to load
         if callable(obj) or inspect.isclass(obj):
             try:
                 out.append((r.name, _path(r.owner), r.attribute, pickle.dumps(obj)))
