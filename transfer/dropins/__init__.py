@@ -225,7 +225,7 @@ def _missing_message(package: Package, fullname: str) -> str:
                     if fullname == prefix or fullname.startswith(prefix + ".")), "")
     return (f"No module named {fullname!r}: transfer provides {package.name} {package.version} "
             f"(its CUDA kernels cannot run on this target) with the modules {', '.join(provided)}; "
-            f"{fullname} is not among them.{instead} See the README's 'CUDA-only packages'.")
+            f"{fullname} is not among them.{instead} See docs/thirdparty.md.")
 
 
 def _modules_of(package: Package) -> List[str]:

@@ -12,7 +12,7 @@ _IMPORT_FROM = dis.opmap.get("IMPORT_FROM")
 def missing(module: str, name: str, provided: Iterable[str], package: str) -> Exception:
     """The exception a provided module's ``__getattr__`` raises for `name` (caller: that ``__getattr__``)."""
     detail = (f"transfer's {package} provides {', '.join(provided)} ({package}'s CUDA kernels cannot run on "
-              "this target). See the README's 'CUDA-only packages'.")
+              "this target). See docs/thirdparty.md.")
     frame = sys._getframe(2)  # the code asking: missing() <- __getattr__ <- it
     if frame is not None and _IMPORT_FROM is not None:
         code = frame.f_code.co_code

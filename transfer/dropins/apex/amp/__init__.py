@@ -1,4 +1,4 @@
-"""apex.amp, provided by transfer, on torch.amp (see README, "CUDA-only packages").
+"""apex.amp, provided by transfer, on torch.amp (see docs/thirdparty.md).
 
 ``initialize`` (O0-O3, apex's properties and overrides, the same returned
 structures), ``scale_loss``, ``master_params``, ``state_dict`` /
