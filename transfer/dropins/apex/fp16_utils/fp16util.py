@@ -4,6 +4,9 @@ import torch
 import torch.nn as nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+# One definition, in amp (apex.amp and apex.fp16_utils share them in apex too).
+from ..amp._initialize import convert_module, convert_network  # noqa: F401
+
 
 class tofp16(nn.Module):
     """``forward(input)`` is ``input.half()``."""
@@ -24,30 +27,6 @@ def BN_convert_float(module):
 def network_to_half(network):
     """``Sequential(tofp16(), network in half with float32 affine batch norms)``."""
     return nn.Sequential(tofp16(), BN_convert_float(network.half()))
-
-
-def convert_module(module, dtype):
-    """The module's own floating parameters (and their gradients) and buffers to `dtype`."""
-    for param in module.parameters(recurse=False):
-        if param is not None:
-            if param.data.dtype.is_floating_point:
-                param.data = param.data.to(dtype=dtype)
-            if param._grad is not None and param._grad.data.dtype.is_floating_point:
-                param._grad.data = param._grad.data.to(dtype=dtype)
-    for buf in module.buffers(recurse=False):
-        if buf is not None and buf.data.dtype.is_floating_point:
-            buf.data = buf.data.to(dtype=dtype)
-
-
-def convert_network(network, dtype):
-    """Every module but affine batch norms to `dtype` (RNNs' flat weights refreshed)."""
-    for module in network.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.affine is True:
-            continue
-        convert_module(module, dtype)
-        if isinstance(module, torch.nn.RNNBase):
-            module.flatten_parameters()
-    return network
 
 
 class FP16Model(nn.Module):
