@@ -16,6 +16,7 @@ start-ups:
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -204,7 +205,10 @@ def test_distributed_each_rank_checks_and_the_merge_names_the_first(tmp_path):
     script = os.path.join(SCRIPTS, "accuracy", "ddp_metric.py")
     env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, TRANSFER_COMPARE="nonfinite:report=rank{rank}.jsonl")
     proc = python(*torchrun_standalone(2), script, env=env, cwd=str(tmp_path), timeout=240)
-    assert sorted(json.loads(line)["rank"] for line in proc.stdout.splitlines() if line.startswith("{")) == [0, 1]
+    # The two ranks share one stdout and print() writes its newline apart from its text: read objects, not lines.
+    decoder = json.JSONDecoder()
+    printed = [decoder.raw_decode(proc.stdout, m.start())[0] for m in re.finditer(r'\{"rank"', proc.stdout)]
+    assert sorted(result["rank"] for result in printed) == [0, 1], proc.stdout
     lines = {r: [json.loads(line) for line in open(tmp_path / f"rank{r}.jsonl")] for r in (0, 1)}
     first = {r: findings(lines[r])[0] for r in (0, 1)}
     source = open(script).read().splitlines()

@@ -47,7 +47,14 @@ def _pre_hook(module, args):
     except (TypeError, RuntimeError, AttributeError):
         enabled, dtype = False, None
     amp = f"{kind} {str(dtype).replace('torch.', '')}" if enabled else "off -"
-    print(f"probe: rank {_rank()} parameters on {params[0].device} backend {backend} autocast {amp}", flush=True)
+    _say(f"probe: rank {_rank()} parameters on {params[0].device} backend {backend} autocast {amp}")
+
+
+def _say(line):
+    """One line in one write, between newlines: the ranks of a torchrun share one stdout, and print()
+    writes its text and its newline separately, so another rank's output can land between them."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), f"\n{line}\n".encode())
 
 
 def _post_hook(module, args, output):
@@ -60,7 +67,7 @@ def _digest():
     if top is not None:
         with torch.no_grad():
             total = sum(float(p.detach().double().cpu().sum()) for p in top.parameters())
-        print(f"probe: rank {_rank()} digest {total:.6f}", flush=True)
+        _say(f"probe: rank {_rank()} digest {total:.6f}")
 
 
 torch.nn.modules.module.register_module_forward_pre_hook(_pre_hook)
