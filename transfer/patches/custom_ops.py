@@ -16,6 +16,16 @@ Contract:
   a kernel for the op, and is destroyed first when the script registers one
   later. ``register_fake`` / ``register_autograd`` are device-independent and
   need nothing.
+* A CUDA kernel registered for one of torch's own operators (namespace ``aten``,
+  and ``_native``, which carries torch 2.14's Triton/CuTe DSL overrides of aten
+  ops) is an override of torch's CUDA implementation, not a new operator: it is
+  registered as written and never for the target, whose own kernel (or the
+  plug-in's fallback) computes the op. torch 2.14's CUDA build installs such
+  overrides at ``import torch`` (``torch._native``: ``aten::bmm`` for outer
+  products when Triton is importable), routers whose fallback is the CUDA kernel:
+  registered for ``PrivateUse1`` they ran the CUDA kernel on the vendor's tensors
+  ("CUDAGuardImpl initialized with non-CUDA DeviceType: npu" from every
+  ``matmul``/``scaled_dot_product_attention`` on a plug-in without its own ``bmm``).
 * ``torch.library.register_autocast(op, "cuda", ...)`` registers for the
   target's device type.
 * ``torch.utils.cpp_extension``: ``CUDAExtension``, and ``load`` /
@@ -44,6 +54,8 @@ logger = logging.getLogger("transfer")
 CUDA_KEYS = {"CUDA": "", "AutogradCUDA": "Autograd", "AutocastCUDA": "Autocast", "SparseCUDA": "Sparse",
              "SparseCsrCUDA": "SparseCsr", "QuantizedCUDA": "Quantized", "NestedTensorCUDA": "NestedTensor"}
 _CUDA_SUFFIXES = (".cu", ".cuh")
+#: torch's own operator namespaces: a CUDA kernel registered there overrides torch's CUDA implementation.
+TORCH_NAMESPACES = ("aten", "_native")
 
 
 def target_key(profile, cuda_key: str):
@@ -117,7 +129,7 @@ def _translate_library_impl(ctx) -> None:
         bound.update(kwargs)
         key = bound.get("dispatch_key") or lib.dispatch_key
         qualname = _op_name(lib, bound["op_name"])
-        if key not in CUDA_KEYS:
+        if key not in CUDA_KEYS or qualname.split("::", 1)[0] in TORCH_NAMESPACES:
             if (qualname, key) in translated.libraries:  # the script registers natively: its kernel wins
                 translated.destroy(qualname, key)
             return wrapped(*args, **kwargs)
