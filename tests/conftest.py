@@ -302,8 +302,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "compat: the compat suite, run on every torch of the matrix (nox -s compat)")
     config.addinivalue_line("markers", "slow: not in the fast tier (nox -s fast runs -m 'not slow'): subprocess-heavy "
                                        "tests (torchrun, e2e cells beyond one per way in, stand-ins, frameworks)")
-    config.addinivalue_line("markers", "standins: the vendor stand-ins' own tests (nox -s standins runs them on the "
-                                       "oldest and newest torch a stand-in exists for)")
+    config.addinivalue_line("markers", "standins: the vendor stand-ins' own tests, and scripts on them that must hold on "
+                                       "every torch (nox -s standins runs them on the oldest and newest torch a "
+                                       "stand-in exists for)")
 
 
 @pytest.fixture(scope="session", autouse=True)
