@@ -305,8 +305,9 @@ OTHER_APIS: Tuple[_Row, ...] = (
      "offers instead, before any compiler runs; C++-only builds are untouched", {}),
     ("torch.library CUDA kernels", TRANSLATED, "the same kernel for {key}",
      "Library.impl / torch.library.impl / register_kernel / custom_op(device_types='cuda') registrations for "
-     "CUDA, AutogradCUDA, AutocastCUDA (...) also register for the target's key; a kernel registered natively "
-     "for the target wins; removed on uninstall; register_fake / register_autograd need nothing",
+     "CUDA, AutogradCUDA, AutocastCUDA (...) also register for the target's key (not overrides of torch's own "
+     "aten ops: the target's kernels compute those); a kernel registered natively for the target wins; removed on "
+     "uninstall; register_fake / register_autograd need nothing",
      {"cpu": (TRANSLATED, "the same kernel for CPU", "as for a vendor, with the CPU keys (CPU, AutogradCPU, ...)")}),
     ("torch.utils.cpp_extension.load", UNSUPPORTED, "",
      "load / load_inline of CUDA sources (.cu/.cuh files, cuda_sources=, with_cuda=True): CUDA C++ kernels do not "
