@@ -10,6 +10,7 @@ tests/scripts/thirdparty/custom_op_model.py in tests/test_apex_e2e.py.
 
 import itertools
 import os
+import warnings
 
 import pytest
 import torch
@@ -104,6 +105,24 @@ def test_a_native_kernel_for_the_target_wins(cpu_target):
     lib.impl("later", lambda x: torch.full_like(x, 2.0), "CUDA")
     lib.impl("later", lambda x: torch.full_like(x, 1.0), "CPU")  # registered afterwards: replaces the translation
     assert getattr(torch.ops, ns).later(torch.zeros(1, device="cuda")).item() == 1.0
+
+
+def test_cuda_overrides_of_torchs_own_operators_stay_cuda_s(cpu_target):
+    """A CUDA kernel for an aten op overrides CUDA's implementation (torch 2.14's own Triton bmm router is
+    one): it is not copied to the target's key, where it would run CUDA code on the target's tensors.
+    `_fused_dropout` has a CUDA kernel only, so a copy would be the only CPU kernel."""
+    from transfer.cpu.kernels import destroy  # Library._destroy where torch has it (2.2+)
+
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_dropout", "CPU")
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Overriding a previously registered kernel" on a CUDA build
+            lib.impl("_fused_dropout", lambda x, p, generator=None: (x, x > 0), "CUDA")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_dropout", "CUDA")
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_dropout", "CPU")
+    finally:
+        destroy(lib)
 
 
 def test_uninstall_removes_the_translated_kernels(cpu_target):
