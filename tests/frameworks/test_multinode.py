@@ -334,7 +334,10 @@ def what_ranks_said(output):
     """{rank: what the launcher's output holds of it}: the rank's own stderr (torchrun prints each worker's
     lines as ``[rankN]: ...``) and its entry in the launcher's failure report (ChildFailedError)."""
     said = {}
-    for m in re.finditer(r"^\[rank(\d+)\]:(.*)$", output, re.MULTILINE):
+    # Never by lines: a node's ranks share one pipe, and a traceback longer than PIPE_BUF (written at once
+    # by torch's excepthook) can be split by another rank's write, which then starts mid-line. Each
+    # "[rankN]:" marker, wherever it is, owns the text up to the end of its line or the next marker.
+    for m in re.finditer(r"\[rank(\d+)\]:(.*?)(?=\[rank\d+\]:|$)", output, re.MULTILINE):
         said.setdefault(int(m.group(1)), []).append(m.group(2))
     for entry in re.split(r"\n\s*\[\d+\]:\n", output)[1:]:
         m = re.search(r"rank\s*:\s*(\d+) \(local_rank: \d+\)", entry)
