@@ -522,7 +522,9 @@ def test_cell(cell, matrix):
 
 
 LOSS = re.compile(r"loss ([\d.]+) -> ([\d.]+)")
-ACCURACY = re.compile(r"rank \d+: .*accuracy ([\d.]+)")
+# the first "accuracy" after each "rank N:": under PYTHONUNBUFFERED print() writes its newline apart, so another
+# rank's line can land before it, and a greedy .* would take that rank's value and skip this one's
+ACCURACY = re.compile(r"rank \d+: .*?accuracy ([\d.]+)")
 
 
 def check_idiom(outcome: Outcome) -> None:
