@@ -129,7 +129,11 @@ def _translate_library_impl(ctx) -> None:
         bound.update(kwargs)
         key = bound.get("dispatch_key") or lib.dispatch_key
         qualname = _op_name(lib, bound["op_name"])
-        if key not in CUDA_KEYS or qualname.split("::", 1)[0] in TORCH_NAMESPACES:
+        if key in CUDA_KEYS and qualname.split("::", 1)[0] in TORCH_NAMESPACES:
+            logger.debug("transfer: %s kernel of torch's own %s stays CUDA's; %s computes it with its own",
+                         key, qualname, device)
+            return wrapped(*args, **kwargs)
+        if key not in CUDA_KEYS:
             if (qualname, key) in translated.libraries:  # the script registers natively: its kernel wins
                 translated.destroy(qualname, key)
             return wrapped(*args, **kwargs)
