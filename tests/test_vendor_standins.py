@@ -45,6 +45,7 @@ DEVICE_CHECKS = [
     "printing",
     "save_and_load",
     "training_matches_cpu",
+    "fused_adamw_on_device",
     "dropout_and_rng_use_device_generator",
     "autocast_on_device",
     "grad_scaler_kernels",

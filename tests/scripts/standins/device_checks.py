@@ -201,6 +201,34 @@ def training_matches_cpu():
 
 
 @check
+def fused_adamw_on_device():
+    # AdamW(fused=True), nanoGPT's optimizer on CUDA: torch_npu registers aten::_fused_adamw_ for its device
+    # (the 2.1 and 2.13 wheels); torch has a CPU kernel from 2.4, which the CPU fallback runs. Where neither
+    # has one the op has no kernel (what torch_sdaa / torch_gcu register is not known).
+    cpu_kernel = torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_adamw_", "CPU")
+    torch.manual_seed(0)
+    ref = nn.Linear(4, 3)
+    got = nn.Linear(4, 3).to(D1)
+    got.load_state_dict(ref.state_dict())
+    opts = (torch.optim.AdamW(ref.parameters(), lr=0.1, weight_decay=0.1, foreach=False),
+            torch.optim.AdamW(got.parameters(), lr=0.1, weight_decay=0.1, fused=True))
+    x = torch.randn(8, 4)
+    try:
+        for _ in range(3):
+            for model, opt, inp in zip((ref, got), opts, (x, x.to(D1))):
+                opt.zero_grad()
+                model(inp).pow(2).sum().backward()
+                opt.step()
+    except NotImplementedError:
+        assert VENDOR != "npu" and not cpu_kernel, traceback.format_exc()
+        return
+    assert VENDOR == "npu" or cpu_kernel, "a fused AdamW kernel the plug-in is not known to have"
+    for a, b in zip(ref.parameters(), got.parameters()):
+        assert b.device == D1, b.device
+        torch.testing.assert_close(b.cpu(), a.detach())
+
+
+@check
 def dropout_and_rng_use_device_generator():
     x = torch.ones(64, 64)
     mod.set_device(1)

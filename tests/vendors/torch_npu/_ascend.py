@@ -15,6 +15,8 @@ Mirrors torch_npu 2.13.0 (the PyPI wheel, read without importing it):
 * ``torch_npu.optim``: ``NpuFused{SGD,Adadelta,Adam,AdamW,RMSprop}``
   (transformers' ``adamw_torch_npu_fused``, MMEngine's optimizer registry) as
   subclasses of the torch optimizers with the same update rule.
+* ``aten::_fused_adamw_`` for the npu (``AdamW(fused=True)``) on torches whose
+  CPU has no such kernel (before 2.4); see ``register_fused_adamw``.
 
 Behaviour of the real functions that cannot be observed here is listed in
 ``tests/vendors/README.md``.
@@ -65,6 +67,10 @@ def extend(npu: types.ModuleType, package: types.ModuleType) -> None:
     package.npu_fusion_attention = npu_fusion_attention
     package.optim = _optim_module(package.__name__)
     sys.modules[package.optim.__name__] = package.optim
+    _kept["fused_adamw"] = register_fused_adamw()
+
+
+_kept = {}  # libraries of kernels registered here, alive for the process
 
 
 def get_soc_version() -> int:
@@ -274,3 +280,51 @@ def _optim_module(package_name: str) -> types.ModuleType:
         setattr(mod, name, cls)
     mod.__all__ = ["NpuFusedOptimizerBase", *names]
     return mod
+
+
+# ---------------------------------------------------------------- aten::_fused_adamw_
+
+def fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
+                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    """``aten::_fused_adamw_`` for npu tensors, as torch's CUDA kernel computes it (``fused_adam_utils.cuh``,
+    ADAMW mode) in float32 (``opmath``) for half types: nothing when ``found_inf`` is 1; the gradient divided
+    by ``grad_scale`` (and stored back so), negated for ``maximize``; decoupled weight decay; the moments;
+    bias corrections of the step count the optimizer already incremented."""
+    if found_inf is not None and float(found_inf) == 1.0:
+        return
+    scale = float(grad_scale) if grad_scale is not None else None
+    for i, param in enumerate(params):
+        grad = grads[i].float()
+        if scale is not None:
+            grad = grad / scale
+            grads[i].copy_(grad)
+        if maximize:
+            grad = -grad
+        step = float(state_steps[i])
+        p, exp_avg, exp_avg_sq = param.float(), exp_avgs[i].float(), exp_avg_sqs[i].float()
+        p = p - lr * weight_decay * p
+        exp_avg = beta1 * exp_avg + (1 - beta1) * grad
+        exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+        if amsgrad:
+            max_sq = torch.maximum(max_exp_avg_sqs[i].float(), exp_avg_sq)
+            max_exp_avg_sqs[i].copy_(max_sq)
+            denom = max_sq.sqrt() / bias_correction2_sqrt + eps
+        else:
+            denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps
+        param.copy_(p - (lr / bias_correction1) * exp_avg / denom)
+        exp_avgs[i].copy_(exp_avg)
+        exp_avg_sqs[i].copy_(exp_avg_sq)
+
+
+def register_fused_adamw():
+    """torch_npu registers ``aten::_fused_adamw_`` for PrivateUse1 (``wrapper_NPU___fused_adamw_`` in
+    ``libtorch_npu.so`` of the 2.1.0.post3 and 2.13.0 wheels), so ``AdamW(fused=True)`` (nanoGPT's
+    choice on CUDA) steps on the npu on every torch. Where torch has a CPU kernel (2.4 and later) the
+    stand-in's CPU fallback runs it; before, this kernel. Returns the library (kept alive) or None."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_adamw_", "CPU"):
+        return None
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("_fused_adamw_", fused_adamw_, "PrivateUse1")
+    return library
