@@ -91,6 +91,10 @@ CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
 BENCH_TORCH = ("2.0.1", "2.1.2", "2.13.0", "2.14.1")
 #: The oldest and newest torch a vendor plug-in (so a stand-in) exists for: torch 2.0 has no PrivateUse1 hooks.
 STANDIN_PAIRS = ("2.1.2", "2.14.1")
+#: torchvision for the stand-in tests that run torchvision scripts (pytorch/examples imagenet/main.py in
+#: tests/test_port_upstream.py), pinned to the torch it was built for: its wheels are CUDA builds that load only
+#: beside that CUDA build of torch (none loads beside the CPU torch of `tests`). ~23 MB, a few seconds.
+STANDIN_TORCHVISION = {"2.14.1": "0.29.1"}
 TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg", "noxfile.py", ".ci")
 TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "safetensors"]
 #: The fast tier: everything not marked slow (markers: tests/conftest.py).
@@ -293,14 +297,14 @@ def torch_versions(session: nox.Session, default) -> list:
     return versions
 
 
-def per_torch(session: nox.Session, default, *pytest_args: str) -> None:
-    """pytest `pytest_args` against the wheel on each torch (shared venvs .nox/compat-torch-<v>); every
-    version runs, the session fails at the end if any did."""
+def per_torch(session: nox.Session, default, *pytest_args: str, extra=lambda torch: ()) -> None:
+    """pytest `pytest_args` against the wheel on each torch (shared venvs .nox/compat-torch-<v>, with the
+    requirements `extra(torch)` too); every version runs, the session fails at the end if any did."""
     versions = torch_versions(session, default)
     wheel = build_wheel(session)
     failed = []
     for torch in versions:
-        python = prepare_venv(session, "compat", torch, wheel)
+        python = prepare_venv(session, "compat", torch, wheel, extra=extra(torch))
         if install_only(session):
             continue
         try:
@@ -326,7 +330,8 @@ def compat(session: nox.Session) -> None:
 def standins(session: nox.Session) -> None:
     """Every stand-in test (pytest -m standins) on the oldest and newest torch a stand-in exists for, or on
     the torch versions given after --. Shares the compat environments."""
-    per_torch(session, STANDIN_PAIRS, "-m", "standins")
+    per_torch(session, STANDIN_PAIRS, "-m", "standins",
+              extra=lambda torch: [f"torchvision=={STANDIN_TORCHVISION[torch]}"] if torch in STANDIN_TORCHVISION else [])
 
 
 def install_only(session: nox.Session) -> bool:

@@ -235,3 +235,44 @@ def test_conditionals_rule_keeps_a_device_comparison_that_guards_what_fails_nati
     assert any("it guards torch.nn.DataParallel" in c.message for c in out.changes if c.start_line == 3)
     ok = "def f(x, cfg):\n    if x.device.type == 'cuda':\n        return cfg.kind == 'cuda'\n"
     assert "x.device.type == 'npu'" in port(ok).text
+
+
+SPAWNED = '''import argparse
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+parser = argparse.ArgumentParser()
+parser.add_argument("--dist-backend", default="nccl")
+def main():
+    args = parser.parse_args()
+    if args.dist_backend == "nccl":
+        pass
+    mp.spawn(worker, nprocs=2, args=(2, args))
+def worker(gpu, n, args):
+    dist.init_process_group(backend=args.dist_backend)
+    train(args)
+def train(args):
+    print(args.dist_backend)
+'''
+
+
+@pytest.mark.parametrize("case, ported", [
+    ("as written", True),  # the namespace reaches worker() through mp.spawn and train() directly: all in view
+    ("another caller", False),  # worker() also called with something else than a namespace
+    ("passed to another module", False),
+])
+def test_strings_rule_follows_an_option_namespace_through_this_files_functions(case, ported):
+    """imagenet/main.py's `--dist-backend`: the parsed namespace is passed to this file's functions (directly and
+    through torch.multiprocessing.spawn, which calls fn(i, *args)); its default and comparisons are ported with it
+    when every reader is in view, else kept with why."""
+    src = SPAWNED + {"as written": "", "another caller": "worker(0, 1, object())\n",
+                     "passed to another module": "import helpers\nhelpers.run(parser.parse_args())\n"}[case]
+    src = src.replace("train(args)\n", "train(args)\n    import helpers\n    helpers.go(args)\n") \
+        if case == "passed to another module" else src
+    out = port(src, rule("strings"), rule("variables"))
+    body = out.text.replace(VENDOR, "")
+    assert ('default="hccl"' in body and 'args.dist_backend == "hccl"' in body) is ported, body
+    left = [c.message for c in out.changes if c.operation == "UNSUPPORTED"]
+    assert bool(left) is not ported, left
+    if not ported:
+        assert all("namespace `args` is passed on" in m for m in left), left
