@@ -75,7 +75,7 @@ def variable_cands(porter, var) -> List[Candidate]:
     for c in literals:
         if not c.enabled and c.unsafe_edits and not porter.unsafe:
             c.edits, c.message, c.enabled, c.why = c.unsafe_edits, \
-                c.unsafe_message.replace(" [unsafe]", f" (`{var.name}` reaches only device arguments)"), True, ""
+                c.unsafe_message.replace(" [unsafe]", f" (`{var.name}` reaches only {var.kind} arguments)"), True, ""
             c.unsafe_edits = []
     porter.groups.append((members, f"`{var.name}`'s values and comparisons"))
     return members
