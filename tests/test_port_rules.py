@@ -276,3 +276,29 @@ def test_strings_rule_follows_an_option_namespace_through_this_files_functions(c
     assert bool(left) is not ported, left
     if not ported:
         assert all("namespace `args` is passed on" in m for m in left), left
+
+
+TIED = {  # what a use left for a person keeps CUDA's with it, so that no line names both CUDA and the target
+    "a conditional expression whose test is left": (
+        "s = torch.cuda.get_rng_state() if op[2] == 'cuda' else torch.get_rng_state()\n",
+        "the test of its conditional expression"),
+    "an `and` whose first operand is left": (
+        "ok = op[2] == 'cuda' and torch.cuda.is_bf16_supported()\n",
+        "the first operand of its `and`/`or`"),
+    "a device string passed to a call that is left": (
+        "c = torch.cuda.get_device_capability('cuda:1') == (8, 0)\n", "the call it is passed to"),
+}
+
+
+@pytest.mark.parametrize("case", list(TIED))
+def test_conditionals_rule_keeps_what_goes_with_a_use_left_for_a_person(case):
+    from transfer.migrate.port import half_ported
+
+    line, what = TIED[case]
+    src = "import torch\nimport torch.cuda.graphs as g\ndef f(op):\n    " + line
+    out = port(src, rule("cuda_api"), rule("strings"), rule("aliases"), rule("conditionals"))
+    assert out.text.replace(VENDOR, "").endswith(line), out.text  # the whole line stays CUDA's
+    assert half_ported(out.text, "npu") == []
+    assert any(f"kept CUDA's with {what}" in c.message for c in out.changes if c.operation == "UNSUPPORTED")
+    alone = port(src, rule("cuda_api"), rule("strings"), rule("aliases"))  # without the rule: half-ported
+    assert half_ported(alone.text, "npu"), alone.text

@@ -17,6 +17,8 @@ from ..edits import Candidate
 
 
 def after_walk(porter) -> None:
+    if not porter.has_string_findings():
+        return
     variables = porter.flow.variables(porter.dev, porter.profile.backend)
     by_key = {var.key: var for var in variables}
     members_of: Dict[Tuple[int, str], List[Candidate]] = {}
