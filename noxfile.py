@@ -9,8 +9,9 @@
     nox -s compat -- 2.6.0 2.9.1 ... on those torch versions (each with its Python from TORCH_PYTHON)
     nox -s compat -- all         ... on every minor release from 2.0 to 2.14 (about 15 x 5 GB of venvs)
     nox -s standins              every stand-in test (pytest -m standins: device checks, DDP, backend
-                                 quirks, clean exit) on the oldest and newest torch a stand-in exists
-                                 for (2.1.2, 2.14.1), or on the versions given after --
+                                 quirks, clean exit, ported imagenet/main.py) on the oldest and newest torch
+                                 a stand-in exists for (2.1.2, 2.14.1; torchvision beside 2.14.1), or on
+                                 the versions given after --
     nox -s engines               the engine tests alone (tests/frameworks/test_engines_*.py, test_multinode.py:
                                  DeepSpeed, FSDP, DTensor, DCP, multi-node) on the default torch, with the frameworks
                                  and NVIDIA's variables as in `tests`; `nox -s results` then writes docs/engines.md
