@@ -9,8 +9,9 @@
     nox -s compat -- 2.6.0 2.9.1 ... on those torch versions (each with its Python from TORCH_PYTHON)
     nox -s compat -- all         ... on every minor release from 2.0 to 2.14 (about 15 x 5 GB of venvs)
     nox -s standins              every stand-in test (pytest -m standins: device checks, DDP, backend
-                                 quirks, clean exit, nanoGPT-style SDPA) on the oldest and newest torch a stand-in exists
-                                 for (2.1.2, 2.14.1), or on the versions given after --
+                                 quirks, clean exit, nanoGPT-style SDPA, ported imagenet/main.py) on the oldest
+                                 and newest torch a stand-in exists for (2.1.2, 2.14.1; torchvision beside 2.14.1),
+                                 or on the versions given after --
     nox -s engines               the engine tests alone (tests/frameworks/test_engines_*.py, test_multinode.py:
                                  DeepSpeed, FSDP, DTensor, DCP, multi-node) on the default torch, with the frameworks
                                  and NVIDIA's variables as in `tests`; `nox -s results` then writes docs/engines.md
@@ -91,6 +92,10 @@ CI_PAIRS = ("2.0.1", "2.1.2", "2.14.1")
 BENCH_TORCH = ("2.0.1", "2.1.2", "2.13.0", "2.14.1")
 #: The oldest and newest torch a vendor plug-in (so a stand-in) exists for: torch 2.0 has no PrivateUse1 hooks.
 STANDIN_PAIRS = ("2.1.2", "2.14.1")
+#: torchvision for the stand-in tests that run torchvision scripts (pytorch/examples imagenet/main.py in
+#: tests/test_port_upstream.py), pinned to the torch it was built for: its wheels are CUDA builds that load only
+#: beside that CUDA build of torch (none loads beside the CPU torch of `tests`). ~23 MB, a few seconds.
+STANDIN_TORCHVISION = {"2.14.1": "0.29.1"}
 TEST_TREE = ("tests", "examples", "benchmarks", "docs", "README.md", "CHANGELOG.md", "setup.cfg", "noxfile.py", ".ci")
 TEST_REQUIREMENTS = ["pytest>=7", "ninja", "setuptools", "hypothesis>=6", "safetensors"]
 #: The fast tier: everything not marked slow (markers: tests/conftest.py).
@@ -293,14 +298,14 @@ def torch_versions(session: nox.Session, default) -> list:
     return versions
 
 
-def per_torch(session: nox.Session, default, *pytest_args: str) -> None:
-    """pytest `pytest_args` against the wheel on each torch (shared venvs .nox/compat-torch-<v>); every
-    version runs, the session fails at the end if any did."""
+def per_torch(session: nox.Session, default, *pytest_args: str, extra=lambda torch: ()) -> None:
+    """pytest `pytest_args` against the wheel on each torch (shared venvs .nox/compat-torch-<v>, with the
+    requirements `extra(torch)` too); every version runs, the session fails at the end if any did."""
     versions = torch_versions(session, default)
     wheel = build_wheel(session)
     failed = []
     for torch in versions:
-        python = prepare_venv(session, "compat", torch, wheel)
+        python = prepare_venv(session, "compat", torch, wheel, extra=extra(torch))
         if install_only(session):
             continue
         try:
@@ -326,7 +331,8 @@ def compat(session: nox.Session) -> None:
 def standins(session: nox.Session) -> None:
     """Every stand-in test (pytest -m standins) on the oldest and newest torch a stand-in exists for, or on
     the torch versions given after --. Shares the compat environments."""
-    per_torch(session, STANDIN_PAIRS, "-m", "standins")
+    per_torch(session, STANDIN_PAIRS, "-m", "standins",
+              extra=lambda torch: [f"torchvision=={STANDIN_TORCHVISION[torch]}"] if torch in STANDIN_TORCHVISION else [])
 
 
 def install_only(session: nox.Session) -> bool:

@@ -580,6 +580,34 @@ def test_port_rewrites_both_sides_of_a_test_or_neither(idiom):
         assert left and all(c.message for c in left)
 
 
+def test_port_checks_what_it_wrote_for_half_ported_conditionals():
+    """Port's own check reads again only the conditionals it edited, and finds what a whole re-read finds there;
+    a conditional the author wrote mixed is the author's (not named); an edit across a conditional's edge makes
+    it read the whole file again."""
+    from transfer.migrate import names, scan
+    from transfer.migrate.edits import apply_edits
+    from transfer.migrate.port import Porter, half_ported
+
+    src = ("import torch\nx = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+           "y = ('npu' if torch.cuda.is_available()\n     else 'cpu')\nz = 1\n")
+    tree = scan.parse(src, "t.py")
+    imports = names.Imports(tree)
+    porter = Porter(tree, src, "t.py", "npu", False, scan.scan_tree(tree, src, "t.py", imports), imports)
+    literal = src.index("'cuda'")
+    only_value = [(literal, literal + 6, "'npu'")]  # the value without its test: half-ported
+    text = apply_edits(src, only_value)
+    assert porter.half_ported_edits(only_value, text) == [(2, "'npu' if torch.cuda.is_available() else 'cpu'")]
+    assert (2, "'npu' if torch.cuda.is_available() else 'cpu'") in half_ported(text, "npu")
+    assert len(half_ported(text, "npu")) == 2  # the whole re-read names the author's line 3 too
+    test = src.index("torch.cuda.is_available()")
+    both = only_value + [(test + 6, test + 10, "npu")]
+    assert porter.half_ported_edits(both, apply_edits(src, both)) == []
+    tail = src.index("else 'cpu'\n")
+    across = [(tail, tail + 11, "else 'npu'\n")]  # from inside line 2's conditional to the next line
+    assert porter.half_ported_edits(across, apply_edits(src, across)) == half_ported(apply_edits(src, across), "npu")
+    assert [line for line, _ in half_ported(apply_edits(src, across), "npu")] == [2, 3]
+
+
 def test_ported_fixtures_and_examples_are_never_half_ported():
     from transfer.migrate.port import port_source
 

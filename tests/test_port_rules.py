@@ -235,3 +235,70 @@ def test_conditionals_rule_keeps_a_device_comparison_that_guards_what_fails_nati
     assert any("it guards torch.nn.DataParallel" in c.message for c in out.changes if c.start_line == 3)
     ok = "def f(x, cfg):\n    if x.device.type == 'cuda':\n        return cfg.kind == 'cuda'\n"
     assert "x.device.type == 'npu'" in port(ok).text
+
+
+SPAWNED = '''import argparse
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+parser = argparse.ArgumentParser()
+parser.add_argument("--dist-backend", default="nccl")
+def main():
+    args = parser.parse_args()
+    if args.dist_backend == "nccl":
+        pass
+    mp.spawn(worker, nprocs=2, args=(2, args))
+def worker(gpu, n, args):
+    dist.init_process_group(backend=args.dist_backend)
+    train(args)
+def train(args):
+    print(args.dist_backend)
+'''
+
+
+@pytest.mark.parametrize("case, ported", [
+    ("as written", True),  # the namespace reaches worker() through mp.spawn and train() directly: all in view
+    ("another caller", False),  # worker() also called with something else than a namespace
+    ("passed to another module", False),
+])
+def test_strings_rule_follows_an_option_namespace_through_this_files_functions(case, ported):
+    """imagenet/main.py's `--dist-backend`: the parsed namespace is passed to this file's functions (directly and
+    through torch.multiprocessing.spawn, which calls fn(i, *args)); its default and comparisons are ported with it
+    when every reader is in view, else kept with why."""
+    src = SPAWNED + {"as written": "", "another caller": "worker(0, 1, object())\n",
+                     "passed to another module": "import helpers\nhelpers.run(parser.parse_args())\n"}[case]
+    src = src.replace("train(args)\n", "train(args)\n    import helpers\n    helpers.go(args)\n") \
+        if case == "passed to another module" else src
+    out = port(src, rule("strings"), rule("variables"))
+    body = out.text.replace(VENDOR, "")
+    assert ('default="hccl"' in body and 'args.dist_backend == "hccl"' in body) is ported, body
+    left = [c.message for c in out.changes if c.operation == "UNSUPPORTED"]
+    assert bool(left) is not ported, left
+    if not ported:
+        assert all("namespace `args` is passed on" in m for m in left), left
+
+
+TIED = {  # what a use left for a person keeps CUDA's with it, so that no line names both CUDA and the target
+    "a conditional expression whose test is left": (
+        "s = torch.cuda.get_rng_state() if op[2] == 'cuda' else torch.get_rng_state()\n",
+        "the test of its conditional expression"),
+    "an `and` whose first operand is left": (
+        "ok = op[2] == 'cuda' and torch.cuda.is_bf16_supported()\n",
+        "the first operand of its `and`/`or`"),
+    "a device string passed to a call that is left": (
+        "c = torch.cuda.get_device_capability('cuda:1') == (8, 0)\n", "the call it is passed to"),
+}
+
+
+@pytest.mark.parametrize("case", list(TIED))
+def test_conditionals_rule_keeps_what_goes_with_a_use_left_for_a_person(case):
+    from transfer.migrate.port import half_ported
+
+    line, what = TIED[case]
+    src = "import torch\nimport torch.cuda.graphs as g\ndef f(op):\n    " + line
+    out = port(src, rule("cuda_api"), rule("strings"), rule("aliases"), rule("conditionals"))
+    assert out.text.replace(VENDOR, "").endswith(line), out.text  # the whole line stays CUDA's
+    assert half_ported(out.text, "npu") == []
+    assert any(f"kept CUDA's with {what}" in c.message for c in out.changes if c.operation == "UNSUPPORTED")
+    alone = port(src, rule("cuda_api"), rule("strings"), rule("aliases"))  # without the rule: half-ported
+    assert half_ported(alone.text, "npu"), alone.text

@@ -16,6 +16,13 @@ Tiny configurations (a few iterations of 2-layer models on token files the test
 writes); llm.c's from-scratch ``d12`` row is shrunk in the copy to 2 layers of 64
 (the code path is d12's: from scratch, GPT-2's vocabulary). One test per target,
 its runs two at a time.
+
+pytorch/examples' imagenet/main.py needs torchvision, whose wheels are CUDA builds
+that load only beside a CUDA build of torch: its test runs in `nox -s standins` on
+torch 2.14.1 (the noxfile installs the matching torchvision there) and is skipped
+where torchvision is missing. ``--dummy`` (torchvision's FakeData, shrunk in the copy
+to 16 + 8 images of 32x32) with resnet18, one process and ``--multiprocessing-distributed``
+(torch.multiprocessing.spawn, one process per device).
 """
 
 import os
@@ -25,11 +32,14 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
 
-from conftest import INSTALLED, ROOT, SCRIPTS, VENDORS, clean_env, needs_standins, no_gpu, torchrun_standalone
+from conftest import (INSTALLED, ROOT, SCRIPTS, VENDORS, clean_env, free_port, needs_standins, no_gpu,
+                      torchrun_standalone)
 
 UPSTREAM = os.path.join(SCRIPTS, "upstream")
 PROBE = os.path.join(UPSTREAM, "probe.py")
@@ -199,3 +209,66 @@ def test_ported_upstream_trainers_run_natively_as_the_original_under_transfer(tm
 
         again[folder] = port_files.run([copy], profile, diff=open(os.devnull, "w"), jobs=1, progress=False)
         assert not again[folder].transformed, (folder, again[folder].transformed)
+
+
+IMAGENET_ARGS = ["--dummy", "--epochs", "1", "-b", "8", "-j", "0", "-p", "1"]
+IMAGENET_LOSSES = r"((?:Epoch: \[\d+\]|Test: )\[ *\d+/\d+\])\tTime [^\t]+\t(?:Data [^\t]+\t)?Loss (\S+)"
+#: The FakeData rows of --dummy (ImageNet's sizes), shrunk in the copy.
+IMAGENET_DATA = {"FakeData(1281167, (3, 224, 224), 1000,": "FakeData(16, (3, 32, 32), 10,",
+                 "FakeData(50000, (3, 224, 224), 1000,": "FakeData(8, (3, 32, 32), 10,"}
+
+
+@needs_standins
+@pytest.mark.standins
+@pytest.mark.skipif(not hasattr(torch, "accelerator"), reason=f"imagenet/main.py selects its device with "
+                    f"torch.accelerator, which torch {torch.__version__} lacks (torch >= 2.6)")
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="torchvision is not installed: its "
+                    "wheels load only beside a CUDA build of torch (`nox -s standins` installs it on torch 2.14.1)")
+def test_ported_imagenet_runs_natively_as_the_original_under_transfer(tmp_path):
+    """pytorch/examples imagenet/main.py, ported for npu: one process natively reaches the original's losses and
+    weights under transfer; --multiprocessing-distributed natively runs one process per npu over hccl."""
+    from transfer.migrate import port_files
+
+    original, ported = str(tmp_path / "imagenet-cuda"), str(tmp_path / "imagenet-npu")
+    shutil.copytree(os.path.join(UPSTREAM, "imagenet"), original)
+    path = os.path.join(original, "main.py")
+    with open(path) as fh:
+        text = fh.read()
+    for row, small in IMAGENET_DATA.items():
+        assert row in text
+        text = text.replace(row, small)
+    with open(path, "w") as fh:
+        fh.write(text)
+    outcome = port_files.run([original], "npu", out=ported, jobs=1, progress=False)
+    kept = sorted((row[1], row[3]) for row in outcome.unsupported)
+    assert [api for _, api in kept] == ["compare 'cuda'", "torch.nn.DataParallel", "torch.nn.DataParallel"], kept
+    site = _site(tmp_path, "npu")
+    native_env = clean_env(PYTHONPATH=site, SIM_ACCEL_DEVICE_COUNT="2", **no_gpu("npu"))
+    shim_env = clean_env(PYTHONPATH=os.pathsep.join([site] + ([] if INSTALLED else [ROOT])), TRANSFER_DEVICE="npu",
+                         SIM_ACCEL_DEVICE_COUNT="2", **no_gpu("npu"))
+    spawn = ["--multiprocessing-distributed", "--world-size", "1", "--rank", "0",
+             "--dist-url", f"tcp://127.0.0.1:{free_port()}"]
+    jobs = {}
+    for kind, env, where, extra in (("native", native_env, ported, []), ("shim", shim_env, original, []),
+                                    ("native-spawn", native_env, ported, spawn)):
+        work = tmp_path / kind
+        work.mkdir()
+        jobs[kind] = ([sys.executable, PROBE, os.path.join(where, "main.py"), *IMAGENET_ARGS, *extra], env, str(work))
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(zip(jobs, pool.map(_run, jobs.values())))
+    for kind, (code, out) in results.items():
+        assert code == 0, (kind, out[-4000:])
+        assert ("transfer: CUDA calls run on" in out) == (kind == "shim"), (kind, out[-2000:])
+    native, shim = results["native"][1], results["shim"][1]
+    one = [("0", "npu:0", "none", "off", "-")]
+    assert sorted(set(re.findall(PROBE_LINE, native))) == one, native[-3000:]
+    assert sorted(set(re.findall(PROBE_LINE, shim))) == one, shim[-3000:]
+    losses = [re.findall(IMAGENET_LOSSES, out) for out in (native, shim)]
+    assert len(losses[0]) == 3 and losses[0] == losses[1], losses  # 2 training steps, 1 validation step
+    digests = [re.findall(DIGEST, out) for out in (native, shim)]
+    assert len(digests[0]) == 1 and digests[0] == digests[1], digests
+    spawned = results["native-spawn"][1]
+    assert sorted(set(re.findall(PROBE_LINE, spawned))) == [(str(r), f"npu:{r}", "hccl", "off", "-") for r in (0, 1)], \
+        spawned[-3000:]
+    digests = sorted(re.findall(DIGEST, spawned))
+    assert [r for r, _ in digests] == ["0", "1"] and len({d for _, d in digests}) == 1, digests

@@ -578,13 +578,75 @@ class Flow:
             if isinstance(parent, ast.Attribute) and parent.value is node:
                 if parent.attr == dest and isinstance(parent.ctx, ast.Load):  # stores are values (option_stores)
                     uses.append(parent)
-            elif not blocked:
+            elif not blocked and not self._namespace_stays_in_view(node):
                 blocked = (f"`--{dest.replace('_', '-')}`'s namespace `{node.id}` is passed on (line {node.lineno}): "
                            "what reads the option there is not in view")
         if not uses and not blocked:
             blocked = f"`--{dest.replace('_', '-')}` is read nowhere in this file"
         compares, why, links = self._uses(f"args.{dest}", uses, kind, dev, backend)
         return Var(f"--{dest.replace('_', '-')}", kind, literals, compares, blocked or why, links=tuple(links))
+
+    #: Launchers that call their first argument with (process index, *args=...).
+    SPAWNS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+
+    def _namespace_stays_in_view(self, use: ast.Name) -> bool:
+        """The parsed namespace `use` is passed to a function of this file (directly, or through
+        ``mp.spawn(fn, args=(..., ns))``, which calls ``fn(i, ..., ns)``) at a parameter that every caller in
+        this file fills with a namespace and that bears a namespace's name, so its reads there are among the
+        option's reads (the analysis matches namespaces by name)."""
+        parent, keyword = _parent(use), None
+        if isinstance(parent, ast.keyword):
+            keyword, parent = parent.arg, _parent(parent)
+        offset = 0
+        if isinstance(parent, ast.Tuple) and keyword is None and isinstance(_parent(parent), ast.keyword) \
+                and _parent(parent).arg == "args":
+            spawn = _parent(_parent(parent))
+            if not (isinstance(spawn, ast.Call) and self.imports.qualified(spawn.func) in self.SPAWNS and spawn.args
+                    and isinstance(spawn.args[0], ast.Name)) or any(isinstance(e, ast.Starred) for e in parent.elts):
+                return False
+            func, index, offset = spawn.args[0].id, parent.elts.index(use) + 1, 1
+        elif isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and use is not parent.func:
+            if keyword is None and (use not in parent.args or any(isinstance(a, ast.Starred) for a in parent.args)):
+                return False
+            func, index = parent.func.id, None if keyword is not None else parent.args.index(use)
+        else:
+            return False
+        found = self.functions.get(func)
+        if found is None or self.defined.get(func) != 1 or len(self.module.bindings.get(func, ())) != 1:
+            return False
+        args = found[0].args
+        positional = [a.arg for a in list(getattr(args, "posonlyargs", [])) + list(args.args)]
+        if keyword is not None:
+            param = keyword
+        elif index < len(positional):
+            param = positional[index]
+        else:
+            return False
+        if param not in self.namespaces or param not in positional:
+            return False
+        at = positional.index(param)
+
+        def fills(call: ast.Call, shift: int) -> bool:
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                return False
+            value = next((k.value for k in call.keywords if k.arg == param), None)
+            if value is None and 0 <= at - shift < len(call.args):
+                value = call.args[at - shift]
+            return isinstance(value, ast.Name) and value.id in self.namespaces
+
+        for other in self.calls.get(func, []):  # every direct caller passes a namespace there
+            if isinstance(other.func, ast.Name) and not fills(other, 0):
+                return False
+        for scope, read in self.uses:  # read as a value only to be spawned, with a namespace there
+            if read.id != func or (isinstance(_parent(read), ast.Call) and _parent(read).func is read):
+                continue
+            call = _parent(read)
+            spawned = next((k.value for k in call.keywords if k.arg == "args"), None) \
+                if isinstance(call, ast.Call) and self.imports.qualified(call.func) in self.SPAWNS \
+                and call.args and call.args[0] is read else None
+            if not isinstance(spawned, ast.Tuple) or not fills(ast.Call(func=read, args=spawned.elts, keywords=[]), 1):
+                return False
+        return True
 
     def _uses(self, name, uses, kind, dev, backend, needs_reach=True):
         compares: List[Tuple[ast.Constant, str]] = []

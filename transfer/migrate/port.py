@@ -67,6 +67,7 @@ findings and the rules' candidates, settles the groups and writes the text;
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
@@ -104,12 +105,26 @@ class Porter:
         self.notes: Dict[int, str] = {}  # id(finding) -> why it is left (explicit)
         self.groups: List[Tuple[List[Candidate], str]] = []  # all or none
         self.guards: List[Tuple[List[Candidate], List[ast.AST], bool]] = []  # tests, what they guard, failing only
+        self.ties: List[Tuple[List[Candidate], ast.AST, str]] = []  # rewrites kept when a use in the node is left
         self.roots: Dict[int, Tuple[int, str]] = {}  # id(cand) -> the line and reason that disabled its group
         self.extra: List[Edit] = []  # edits that belong to no finding (imports, moves)
         self.extra_changes: List[Change] = []
         self.torch_names = set(imports.locals_for("torch"))
-        self.flow = flow.Flow(tree, imports)
+        self._flow: Optional[flow.Flow] = None
         self.alias_imports: List[ast.stmt] = []  # torch.cuda alias imports rewritten (`rules.aliases`)
+
+    @property
+    def flow(self) -> flow.Flow:
+        """The module's data flow (`flow.Flow`), built when a rule first asks: most files never need it."""
+        if self._flow is None:
+            self._flow = flow.Flow(self.tree, self.imports)
+        return self._flow
+
+    def has_string_findings(self) -> bool:
+        """Whether scan found a device or backend string (a literal, an f-string, a comparison with one): without
+        one, no variable has a CUDA value or comparison to port."""
+        return any(n.__class__ in (ast.Constant, ast.JoinedStr) and (n.lineno, n.col_offset + 1) in self.by_pos
+                   for n in self.tree._nodes)
 
     # ---------------------------------------------------------------- bookkeeping
     def finding(self, node: ast.AST, api: str) -> Optional[scan.Finding]:
@@ -214,6 +229,14 @@ class Porter:
                            f"line {left.line}, which is left for a person")
                     for c in atoms:
                         changed |= c.disable(why)
+            for members, anchor, what in self.ties:
+                if not any(c.enabled for c in members):
+                    continue
+                left = next((f for f in self.findings if inside(f, anchor) and self.disposition_left(f)), None)
+                if left is not None:
+                    why = f"kept CUDA's with {what}: {left.api} there (line {left.line}) is left for a person"
+                    for c in members:
+                        changed |= c.disable(why)
 
     # ---------------------------------------------------------------- output
     def finish(self) -> Ported:
@@ -234,7 +257,7 @@ class Porter:
                 changes.append(Change(self.path, f.line, f.end_line, "UNSUPPORTED", why, f.api))
         text = apply_edits(self.src.text, edits)
         if edits and not self.unsafe:  # the check in port itself: nothing it wrote is half-ported
-            for line, segment in half_ported(text, self.dev):
+            for line, segment in self.half_ported_edits(edits, text):
                 changes.append(Change(self.path, line, line, "UNSUPPORTED", "half-ported by transfer port (a bug: "
                                       f"please report it): `{segment}` names both CUDA and {self.dev}", "port"))
         if any(c.operation == "MODIFY" for c in changes) and self.profile.package and not self.has_vendor_import():
@@ -242,6 +265,37 @@ class Porter:
             changes.append(Change(self.path, line, line, "INSERT", f"import {self.profile.package}"))
         changes.sort(key=lambda c: (c.start_line, c.operation))
         return Ported(text, changes, unsafe_skipped)
+
+    def half_ported_edits(self, edits: List[Edit], text: str) -> List[Tuple[int, str]]:
+        """`half_ported` over what port wrote: each conditional of the source that holds an edit, read again
+        with its edits made (a conditional without one is the author's). Reading those few expressions is a
+        fraction of parsing the whole ported file again, which is what happens where one cannot be read alone
+        (an edit across its edge, or positions this Python's parser gives wrong: f-strings on 3.8)."""
+        ordered = sorted(edits, key=lambda x: (x[0], x[1]))  # non-overlapping: sorted by their ends too
+        firsts = [s for s, _, _ in ordered]
+        bad = []
+        for node in self.tree._nodes:
+            if not isinstance(node, _CONDITIONALS):
+                continue
+            start, end = self.src.span(node)
+            i, j = bisect.bisect_left(firsts, start), bisect.bisect_left(firsts, end)
+            if i and ordered[i - 1][1] > start or j > i and ordered[j - 1][1] > end:
+                return half_ported(text, self.dev)  # an edit across its edge
+            inner = ordered[i:j]
+            if not inner:
+                continue
+            written = apply_edits(self.src.text[start:end], [(s - start, e - start, new) for s, e, new in inner])
+            try:
+                again = ast.parse("(" + written + "\n)", mode="eval").body
+            except SyntaxError:
+                return half_ported(text, self.dev)
+            if type(again) is not type(node):
+                return half_ported(text, self.dev)
+            if _mixed(again, self.dev):
+                before = [x for x in edits if x[1] <= start]
+                line = node.lineno + sum(new.count("\n") - self.src.text[s:e].count("\n") for s, e, new in before)
+                bad.append((line, written))
+        return sorted(bad)
 
     def _resolve_overlaps(self) -> None:
         """An edit that encloses another finding's edit (an unsafe comparison around a rewritten call) gives way."""
@@ -281,7 +335,16 @@ def half_ported(text: str, dev: str) -> List[Tuple[int, str]]:
     """(line, source) of each conditional in `text` whose test asks about one device (``torch.cuda.X`` or a
     "cuda" string, or ``torch.<dev>.X`` / a "<dev>" string) while its values or branches name the other: what
     `Porter.settle` rules out. `port_source` runs it on what it wrote (safe mode)."""
-    tree = ast.parse(text)
+    return [(node.lineno, ast.get_source_segment(text, node) or "") for node in ast.walk(ast.parse(text))
+            if isinstance(node, _CONDITIONALS) and _mixed(node, dev)]
+
+
+_CONDITIONALS = (ast.IfExp, ast.BoolOp, ast.Compare)
+
+
+def _mixed(node: ast.AST, dev: str) -> bool:
+    """A conditional (`_CONDITIONALS`) whose test asks about one device while its values name the other (a
+    comparison: whose two sides name both)."""
 
     def sides(nodes) -> Set[str]:
         found = set()
@@ -295,23 +358,13 @@ def half_ported(text: str, dev: str) -> List[Tuple[int, str]]:
                     found.add(n.value.split(":")[0])
         return found
 
-    bad = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.IfExp):
-            test, rest = sides([node.test]), sides([node.body, node.orelse])
-        elif isinstance(node, ast.BoolOp):
-            test, rest = sides(node.values[:1]), sides(node.values[1:])
-        elif isinstance(node, ast.Compare):
-            test, rest = sides([node.left]), sides(node.comparators)
-            test, rest = test | rest, set()
-            if len(test) == 2:
-                bad.append((node.lineno, ast.get_source_segment(text, node) or ""))
-            continue
-        else:
-            continue
-        if test and rest and test != rest:
-            bad.append((node.lineno, ast.get_source_segment(text, node) or ""))
-    return bad
+    if isinstance(node, ast.IfExp):
+        test, rest = sides([node.test]), sides([node.body, node.orelse])
+    elif isinstance(node, ast.BoolOp):
+        test, rest = sides(node.values[:1]), sides(node.values[1:])
+    else:
+        return len(sides([node.left]) | sides(node.comparators)) == 2
+    return bool(test and rest and test != rest)
 
 
 def _imports_torch(statement: ast.stmt) -> bool:

@@ -10,7 +10,9 @@ first forward of a module with parameters prints one line per process:
 (``backend none`` without a process group, ``autocast off`` outside autocast),
 and after the script's last forward the sum of the parameters of the last
 module called at the top (``probe: rank R digest X``). The script runs
-unchanged, from its own folder, with ``sys.argv`` as it would have.
+unchanged, from its own folder, with ``sys.argv`` as it would have. Processes
+the script starts with ``torch.multiprocessing.spawn`` are probed the same way
+(seeded, then their function runs).
 """
 
 import os
@@ -19,7 +21,6 @@ import sys
 
 import torch
 
-torch.manual_seed(0)
 _state = {"printed": False, "top": None}
 
 
@@ -70,12 +71,39 @@ def _digest():
         _say(f"probe: rank {_rank()} digest {total:.6f}")
 
 
-torch.nn.modules.module.register_module_forward_pre_hook(_pre_hook)
-torch.nn.modules.module.register_module_forward_hook(_post_hook)
-script = os.path.abspath(sys.argv[1])
-sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(script))
-try:
-    runpy.run_path(script, run_name="__main__")
-finally:
-    _digest()
+def _install():
+    torch.manual_seed(0)
+    torch.nn.modules.module.register_module_forward_pre_hook(_pre_hook)
+    torch.nn.modules.module.register_module_forward_hook(_post_hook)
+
+
+def _spawned(index, function, *args):
+    """A process of ``torch.multiprocessing.spawn``: probed, then the script's function."""
+    _install()
+    try:
+        function(index, *args)
+    finally:
+        _digest()
+
+
+def _spawn(spawn):
+    def probed(fn, args=(), *rest, **kwargs):
+        import probe  # this file, importable by its name in the spawned processes (their sys.path is ours)
+
+        return spawn(probe._spawned, (fn, *args), *rest, **kwargs)
+
+    return probed
+
+
+if __name__ == "__main__":
+    _install()
+    import torch.multiprocessing
+
+    torch.multiprocessing.spawn = _spawn(torch.multiprocessing.spawn)
+    script = os.path.abspath(sys.argv[1])
+    sys.argv = sys.argv[1:]
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        _digest()

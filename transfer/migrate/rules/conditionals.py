@@ -6,7 +6,11 @@ are one group (all or none, `port.Porter.settle`). A ``torch.cuda.is_available()
 (``device_count``, ``is_initialized``) test, or a comparison with ``"cuda"``
 (``device.type == "cuda"``), is rewritten only when nothing it guards is left for
 a person (for a comparison: nothing that fails natively, comparisons left aside),
-else the CUDA branch would start running natively, half-ported.
+else the CUDA branch would start running natively, half-ported. The other way
+round, what a test that is left selects stays CUDA's with it
+(``torch.cuda.get_rng_state() if op[2] == "cuda" else ...``, ``x == "cuda" and
+torch.cuda.X()``), and so does a device string passed to a call that is left
+(``torch.cuda.get_device_capability("cuda:1")``) (`port.Porter.ties`).
 """
 
 from __future__ import annotations
@@ -27,11 +31,22 @@ def after_walk(porter) -> None:
             if atoms and branches:
                 porter.groups.append((atoms + branches, "a conditional expression's test and its values"))
             add_guard(porter, node.test, [node.body, node.orelse])
+            tie(porter, cands_in(porter, [node.test, node.body, node.orelse]), node.test,
+                "the test of its conditional expression")
         elif isinstance(node, (ast.If, ast.While)):
             add_guard(porter, node.test, list(node.body) + list(node.orelse))
         elif isinstance(node, ast.BoolOp):
             for i, value in enumerate(node.values[:-1]):
                 add_guard(porter, value, node.values[i + 1:])
+            tie(porter, cands_in(porter, node.values), node.values[0], "the first operand of its `and`/`or`")
+        elif isinstance(node, ast.Call) and porter.by_pos.get((node.func.lineno, node.func.col_offset + 1)):
+            arguments = list(node.args) + [k.value for k in node.keywords]
+            tie(porter, cands_in(porter, arguments, strings_only=True), node.func, "the call it is passed to")
+
+
+def tie(porter, members: List[Candidate], anchor: ast.AST, what: str) -> None:
+    if members:
+        porter.ties.append((members, anchor, what))
 
 
 def add_guard(porter, test: ast.AST, region: List[ast.AST]) -> None:

@@ -17,6 +17,8 @@ from ..edits import Candidate
 
 
 def after_walk(porter) -> None:
+    if not porter.has_string_findings():
+        return
     variables = porter.flow.variables(porter.dev, porter.profile.backend)
     by_key = {var.key: var for var in variables}
     members_of: Dict[Tuple[int, str], List[Candidate]] = {}
@@ -75,7 +77,7 @@ def variable_cands(porter, var) -> List[Candidate]:
     for c in literals:
         if not c.enabled and c.unsafe_edits and not porter.unsafe:
             c.edits, c.message, c.enabled, c.why = c.unsafe_edits, \
-                c.unsafe_message.replace(" [unsafe]", f" (`{var.name}` reaches only device arguments)"), True, ""
+                c.unsafe_message.replace(" [unsafe]", f" (`{var.name}` reaches only {var.kind} arguments)"), True, ""
             c.unsafe_edits = []
     porter.groups.append((members, f"`{var.name}`'s values and comparisons"))
     return members
