@@ -421,11 +421,12 @@ def _adam_math(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, lr, beta1, b
         max_exp_avg_sq.copy_(v_max)
 
 
-def _chunks(tensor):
-    """`tensor` in pieces of `_ADAM_CHUNK` elements (views), or whole where it is not contiguous."""
-    if tensor.is_contiguous() and tensor.numel() > _ADAM_CHUNK:
-        return tensor.view(-1).split(_ADAM_CHUNK)
-    return (tensor,)
+def _chunks(tensors):
+    """The tensors of one parameter in pieces of `_ADAM_CHUNK` elements (views), or whole where one of them is
+    not contiguous: a list of tuples, one piece of each tensor."""
+    if tensors[0].numel() > _ADAM_CHUNK and all(t.is_contiguous() for t in tensors):
+        return list(zip(*(t.view(-1).split(_ADAM_CHUNK) for t in tensors)))
+    return [tuple(tensors)]
 
 
 def _fused_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
@@ -461,10 +462,8 @@ def _fused_adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
             bias_correction2_sqrt = float(torch.tensor(1 - beta2 ** step, dtype=opmath).sqrt())
         else:
             bias_correction2_sqrt = float(torch.tensor(math.sqrt(1 - beta2 ** step), dtype=opmath))
-        pieces = [_chunks(tensors[i]) for tensors in [params] + states]
-        if not amsgrad:
-            pieces.append([None] * len(pieces[0]))
-        for p, g, m, v, vmax in zip(*pieces):
+        for piece in _chunks([tensors[i] for tensors in [params] + states]):
+            p, g, m, v, vmax = piece if amsgrad else piece + (None,)
             _adam_math(p, g, m, v, vmax, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
                        maximize=maximize, grad_scale=scale, bias_correction1=bias_correction1,
                        bias_correction2_sqrt=bias_correction2_sqrt, adamw=adamw)
