@@ -29,6 +29,8 @@ rng             per-device generators for dropout and SDPA's dropout,        pat
 amp             CUDA's float16 autocast runs as bfloat16 (unless             patches/amp.py
                 TRANSFER_CPU_AMP_DTYPE=float16); GradScaler's kernels on    (`cpu_amp_dtype`)
                 torch < 2.3
+optim           ``Adam/AdamW(fused=True)`` on torch < 2.4: CUDA's fused       patches/optim.py
+                kernel for the CPU, and the constructors accept CPU params
 data            ``DataLoader(pin_memory=True)``: nothing to pin for          `loader_kwargs`
 ddp             no ``device_ids`` for a CPU module; SyncBatchNorm allowed    patches/ddp.py
 distributed     one gloo backend for every device type; no ``device_id``    `backend`, `device_id`

@@ -145,13 +145,15 @@ def l2norm(tensors: List[torch.Tensor], per_tensor: bool = False,
 
 # ---------------------------------------------------------------- multi_tensor_adam
 
-def fused_adam_available(param: torch.Tensor) -> bool:
-    """torch has a fused Adam(W) kernel for this parameter's device (torch >= 2.4 on CPU)."""
-    if not hasattr(torch, "_fused_adamw_"):
+def fused_adam_available(param: torch.Tensor, adamw: bool = True) -> bool:
+    """torch has the fused kernel `adam` calls for this parameter's device: ``_fused_adamw_`` (`adamw`, mode 1)
+    or ``_fused_adam_`` (mode 0). A plug-in may have one without the other (torch_npu: ``_fused_adamw_``)."""
+    op = "_fused_adamw_" if adamw else "_fused_adam_"
+    if not hasattr(torch, op):
         return False
     key = {"cpu": "CPU", "cuda": "CUDA"}.get(param.device.type, "PrivateUse1")
     try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_adamw_", key)
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key)
     except RuntimeError:
         return False
 

@@ -26,6 +26,7 @@ AREAS = (
     "accelerator",  # torch.accelerator on the cpu target: none, as on a CPU-only build
     "tensor",  # Tensor.to / .cuda / .new_* / .pin_memory / .is_cuda
     "dynamo",  # torch.compile answers x.is_cuda as eager does
+    "optim",  # cpu target, torch < 2.4: fused Adam/AdamW CPU kernels (before torch_is_cuda, which asks for them)
     "torch_is_cuda",  # torch's own is_cuda reads that must see the real answer (patches/torch_sites.py)
     "module",  # nn.Module.to / .to_empty
     "rng",  # cpu target: device draws (dropout, device factories) off the CPU stream, as on CUDA

@@ -11,7 +11,8 @@ getter. Only those code objects change (a nested function or generator
 expression named in the qualname: just that one); nothing runs per call, and
 every other read, the script's included, is untouched. Modules torch imports
 lazily (inductor, dynamo) are patched when imported. Uninstall puts the
-original code objects back.
+original code objects back. On the cpu target a site of `torch_sites.CPU_KERNEL_SITES`
+is left as it is while the CPU has the kernel its CUDA branch runs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ..devices import TensorBase
-from .torch_sites import NATIVE, NATIVE_NAME, SITES
+from .torch_sites import CPU_KERNEL_SITES, NATIVE, NATIVE_NAME, SITES
 
 
 def apply(ctx) -> None:
@@ -32,11 +33,16 @@ def apply(ctx) -> None:
         return
     per_module: Dict[str, List[str]] = {}
     for (path, qualname), (decision, _reason) in SITES.items():
-        if decision == NATIVE:
+        if decision == NATIVE and not (ctx.cpu is not None and _cpu_has_kernel(CPU_KERNEL_SITES.get((path, qualname)))):
             per_module.setdefault(_module_name(path), []).append(qualname)
     for module, qualnames in per_module.items():
         reg.when_imported(f"torch_is_cuda.{module}", module,
                           lambda loaded, qualnames=qualnames: _rename_in(reg, loaded, qualnames))
+
+
+def _cpu_has_kernel(operator: Optional[str]) -> bool:
+    """The CPU has a kernel for `operator` (torch's own or transfer's, registered by an earlier area)."""
+    return operator is not None and torch._C._dispatch_has_kernel_for_dispatch_key(operator, "CPU")
 
 
 def _module_name(path: str) -> str:

@@ -119,8 +119,9 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("distributed/checkpoint/filesystem.py", "_write_files_from_queue"): (
         NATIVE, "asserts the tensors it writes are in host memory, which the cpu target's are"),
     ("optim/adam.py", "Adam.__init__.<genexpr>"): (
-        NATIVE, "fused=True: torch's own 'requires all the params to be CUDA' error instead of a missing "
-                "fused CPU kernel (torch 2.0)"),
+        NATIVE, "fused=True (torch 2.0): on a vendor, torch's own 'requires all the params to be CUDA' error "
+                "instead of a missing fused kernel; the cpu target keeps its getter, as transfer supplies the "
+                "CPU kernel (CPU_KERNEL_SITES)"),
     ("optim/adamw.py", "AdamW.__init__.<genexpr>"): (NATIVE, "as Adam.__init__"),
     # -- cuda: the CUDA branch computes what CUDA computes
     ("_decomp/decompositions.py", "_addmm_activation"): (
@@ -206,6 +207,14 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("_utils.py", "_cuda"): (OTHER, "a storage's is_cuda (torch < 2.1's Storage.cuda)"),
     ("storage.py", "_StorageBase.pin_memory"): (OTHER, "a storage's is_cuda"),
     ("storage.py", "_StorageBase.share_memory_"): (OTHER, "a storage's is_cuda"),
+}
+
+#: NATIVE sites whose CUDA branch runs one ATen operator, named here: on the cpu target the site keeps the
+#: target's getter (its CUDA branch) while the CPU has a kernel for that operator (torch's own, or the one
+#: transfer.cpu.kernels registers: patches/optim.py), since the branch then computes what CUDA computes.
+CPU_KERNEL_SITES: Dict[Tuple[str, str], str] = {
+    ("optim/adam.py", "Adam.__init__.<genexpr>"): "aten::_fused_adam_",
+    ("optim/adamw.py", "AdamW.__init__.<genexpr>"): "aten::_fused_adamw_",
 }
 
 

@@ -51,7 +51,7 @@ class FusedAdam(torch.optim.Optimizer):
                 group["lr"] = group["lr"].to(device=group["params"][0].device)
             self._step_supports_amp_scaling = True
         first = next((p for g in self.param_groups for p in g["params"]), None)
-        self._fused = first is not None and not capturable and _mt.fused_adam_available(first)
+        self._fused = first is not None and not capturable and _mt.fused_adam_available(first, bool(self.adam_w_mode))
 
     def zero_grad(self, set_to_none=None):
         """apex's rule: the grads become None with set_grad_none (the default), else torch's zero_grad();
