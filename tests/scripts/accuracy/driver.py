@@ -8,7 +8,8 @@ JOB is ``MODE[@FAULT][#ARGS]``: MODE a TRANSFER_COMPARE value (``off``: no mode)
 ``SIM_ACCEL_FAULT`` syntax (stand-ins only), ARGS extra script arguments separated by ``;``. Each job's
 report is ``OUT_DIR/<i>.jsonl``. The special JOB ``oracle`` runs the script under a plain logging
 dispatch mode with torch's anomaly mode on, and records for each (aten operation, phase) its first call
-and the line of SCRIPT that made it: the innermost frame of SCRIPT on the stack (forward), or in the
+on the target's device (the one a stand-in's faulty kernel makes; calls on CPU tensors, such as tables
+computed before the model moves, run the CPU's kernel) and the line of SCRIPT that made it: the innermost frame of SCRIPT on the stack (forward), or in the
 traceback torch's anomaly mode stored in the autograd node being run (backward): torch's own account,
 independent of the mode.
 
@@ -36,6 +37,7 @@ from transfer import compare  # noqa: E402
 
 transfer.install()
 _sim = sys.modules.get("_sim_accel._fault")
+DEVICE = os.environ["TRANSFER_DEVICE"]
 
 
 def run_script(extra=()):
@@ -61,7 +63,8 @@ class Oracle(TorchDispatchMode):
         node = torch._C._current_autograd_node()
         phase = "forward" if node is None else "backward"
         key = f"{name}|{phase}"
-        if key not in self.first:
+        out = func(*args, **(kwargs or {}))
+        if key not in self.first and _on_device((args, kwargs, out)):
             if node is None:
                 frames = traceback.extract_stack()
             else:
@@ -69,7 +72,17 @@ class Oracle(TorchDispatchMode):
                 frames = [_parse(line) for line in (stored if isinstance(stored, list) else [])]
             lines = [f for f in frames if f and f[0] == script_path]
             self.first[key] = f"{os.path.basename(script_path)}:{lines[-1][1]}" if lines else None
-        return func(*args, **(kwargs or {}))
+        return out
+
+
+def _on_device(value):
+    if isinstance(value, torch.Tensor):
+        return value.device.type == DEVICE
+    if isinstance(value, (list, tuple)):
+        return any(_on_device(v) for v in value)
+    if isinstance(value, dict):
+        return any(_on_device(v) for v in value.values())
+    return False
 
 
 def _parse(entry):
