@@ -96,6 +96,10 @@ class Session:
 
     # ------------------------------------------------------------------ hooks
     def _enter(self, module, args):
+        if not self.report.eager:  # a torch.compile'd module (dynamo imported by the script) runs eagerly: said
+            eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+            if eval_frame is not None and isinstance(module, getattr(eval_frame, "OptimizedModule", ())):
+                self.report.ran_eagerly()
         if self.ended:
             self.ended = False
             self.busy = True  # the checker's own operations are not the run's

@@ -13,8 +13,11 @@ computed before the model moves, run the CPU's kernel) and the line of SCRIPT th
 traceback torch's anomaly mode stored in the autograd node being run (backward): torch's own account,
 independent of the mode.
 
-Prints one JSON line: {"oracle": {"op|phase": "file:line"}, "jobs": [[job, losses, report lines]]}; the
-losses are what the script printed (its JSON line's "losses").
+The first picture of the first divergent step is drawn as the mode draws it (a PNG where matplotlib is
+installed), the later ones as text tables: drawing a PNG costs about a second.
+
+Prints one JSON line: {"oracle": {"op|phase": "file:line"}, "jobs": [[job, losses, report lines]],
+"seconds": [CPU seconds per JOB]}; the losses are what the script printed (its JSON line's "losses").
 """
 
 import io
@@ -22,6 +25,7 @@ import json
 import os
 import runpy
 import sys
+import time
 import traceback
 
 import torch
@@ -94,13 +98,15 @@ def _parse(entry):
     return None
 
 
-results = {"oracle": None, "jobs": []}
+results = {"oracle": None, "jobs": [], "seconds": []}
 for i, job in enumerate(jobs):
+    began = time.process_time()
     if job == "oracle":
         oracle = Oracle()
         with torch.autograd.detect_anomaly(check_nan=False), oracle:
             run_script()
         results["oracle"] = oracle.first
+        results["seconds"].append(round(time.process_time() - began, 2))
         continue
     job_mode, _, extra = job.partition("#")
     job_mode, _, fault = job_mode.partition("@")
@@ -123,5 +129,8 @@ for i, job in enumerate(jobs):
     if job_mode != "off":
         with open(report) as fh:
             lines = [json.loads(line) for line in fh]
+    if os.path.exists(os.path.join(out_dir, f"{i}.png")):
+        sys.modules["matplotlib"] = None  # one PNG drawn: the later pictures are text tables (seconds each)
     results["jobs"].append([job, losses, lines])
+    results["seconds"].append(round(time.process_time() - began, 2))  # CPU seconds per job (the test's cost)
 print(json.dumps(results))
