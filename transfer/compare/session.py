@@ -64,6 +64,7 @@ class Session:
         self.stopped = False  # the checker has its answer: operations run unobserved
         self.modules: List[str] = []
         self.names: Dict[int, str] = {}
+        self.schemas: Dict[Any, tuple] = {}  # operation -> (aten::name, name)
         self.pending: Optional[tuple] = None
         self.handles: List[Any] = []
         self.mode: Optional[Watcher] = None
@@ -129,12 +130,15 @@ class Session:
     def describe(self, func) -> Op:
         node = _current_node()
         self.index += 1
-        schema = func._schema.name
+        names = self.schemas.get(func)
+        if names is None:
+            schema = func._schema.name
+            names = self.schemas[func] = (schema, schema.split("::")[-1])
         if node is None:
-            return Op(self.index, self.step, schema, schema.split("::")[-1], "forward",
+            return Op(self.index, self.step, names[0], names[1], "forward",
                       self.modules[-1] if self.modules else "", _site())
         site, module = node.metadata.get(KEY, ("<autograd engine>", ""))
-        return Op(self.index, self.step, schema, schema.split("::")[-1], "backward", module, site)
+        return Op(self.index, self.step, names[0], names[1], "backward", module, site)
 
     def selected(self, op: Op) -> bool:
         s = self.settings
