@@ -175,6 +175,13 @@ class Watcher(TorchDispatchMode):
         super().__init__()
         self.session = session
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch >= 2.10 wraps a mode's __torch_dispatch__ in a dynamo-disabling function (two Python frames
+        # per operation, a tenth of the mode's own cost on small operations); not needed here: the mode
+        # disables dynamo while it is on (`compare._run_compiled_regions_eagerly`)
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         s = self.session
