@@ -8,8 +8,9 @@ where it comes from: `session.py`; the report: `report.py`.
 
 The run itself is untouched: the operations run as they would, on the script's tensors; the checks read
 them or work on copies, never draw random numbers, and never synchronise per operation. torch.compile:
-while the mode is on, compiled regions run eagerly (dynamo is disabled, said on stderr once), so that
-every operation is seen and checked; the run then computes what eager mode computes.
+while the mode is on, compiled regions run eagerly (dynamo is disabled; a note in the report, and the
+summary line says so when a torch.compile'd module ran), so that every operation is seen and checked; the
+run then computes what eager mode computes.
 
 Importing this package does not import torch.
 """

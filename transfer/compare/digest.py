@@ -32,6 +32,15 @@ from .shadow import _DTYPE, _eligible
 VERSION = 1
 
 
+class _Names(dict):
+    def __missing__(self, dtype):
+        name = self[dtype] = str(dtype).replace("torch.", "")
+        return name
+
+
+_DTYPE_NAMES = _Names()
+
+
 def _short(site: str) -> str:
     path, _, line = site.rpartition(":")
     return f"{os.path.basename(path)}:{line}" if path else site
@@ -49,22 +58,38 @@ def _first_output(out) -> Optional[torch.Tensor]:
 
 
 _PICKS: Dict[tuple, torch.Tensor] = {}  # (numel, device) -> the sampled positions, made once
+_LOW = (torch.float16, torch.bfloat16)
 
 
-def _stats(t: torch.Tensor) -> torch.Tensor:
-    n = t.numel()
-    flat = t.detach().reshape(-1)
+def _stats(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The digest's statistics of `t`, on its device, unread: sum, norm (float32 at least) and the four
+    sampled values (`torch.take`: flat positions without a copy of a strided tensor). Three operations;
+    they are gathered and read once per step (`Digests.end_step`)."""
+    t = t.detach()
     if not t.is_floating_point():
-        flat = flat.to(torch.float64)
-    where = _PICKS.get((n, flat.device))
+        t = t.to(torch.float64)
+    n = t.numel()
+    where = _PICKS.get((n, t.device))
     if where is None:
         if len(_PICKS) > 4096:
             _PICKS.clear()
-        where = _PICKS[(n, flat.device)] = torch.tensor([0, n // 3, (2 * n) // 3, n - 1], device=flat.device)
-    picks = flat[where].to(torch.float64)
-    wide = torch.float32 if flat.dtype in (torch.float16, torch.bfloat16) else flat.dtype
-    return torch.cat([torch.stack([flat.sum(dtype=wide), torch.linalg.vector_norm(flat, dtype=wide)]).to(
-        torch.float64), picks])
+        where = _PICKS[(n, t.device)] = torch.tensor([0, n // 3, (2 * n) // 3, n - 1], device=t.device)
+    wide = torch.float32 if t.dtype in _LOW else t.dtype
+    return t.sum(dtype=wide), torch.linalg.vector_norm(t, dtype=wide), torch.take(t, where)
+
+
+def _read(stats: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> List[List[float]]:
+    """Each op's [sum, norm, 4 samples] as floats: one stack and one read per dtype and device."""
+    groups: Dict[tuple, List[int]] = defaultdict(list)
+    for i, (total, _, picks) in enumerate(stats):
+        groups[(total.dtype, picks.dtype, picks.device)].append(i)
+    values: List[List[float]] = [[] for _ in stats]
+    for members in groups.values():
+        totals = torch.stack([torch.stack([stats[i][0], stats[i][1]]) for i in members]).to(torch.float64)
+        picks = torch.stack([stats[i][2] for i in members]).to(torch.float64)
+        for i, row in zip(members, torch.cat([totals, picks], dim=1).tolist()):
+            values[i] = row
+    return values
 
 
 class Digests:
@@ -75,6 +100,7 @@ class Digests:
         self.pending: List[Tuple[Dict[str, Any], Optional[torch.Tensor], Any]] = []
         self.seen: Dict[tuple, int] = defaultdict(int)
         self.why: Dict[Any, Optional[str]] = {}
+        self.sites: Dict[str, str] = {}  # the user's line -> file.py:LINE
         self.bytes = 0
         self.ops = 0
         self.record: Dict[tuple, Dict[str, Any]] = {}
@@ -110,9 +136,12 @@ class Digests:
             t = _first_output(args[0])
         if t is None:
             return
-        base = (op.step, op.phase, op.short, _short(op.site), op.module)
+        site = self.sites.get(op.site)
+        if site is None:
+            site = self.sites[op.site] = _short(op.site)
+        base = (op.step, op.phase, op.short, site, op.module)
         self.seen[base] += 1
-        entry = {"k": [*base, self.seen[base]], "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+        entry = {"k": [*base, self.seen[base]], "shape": list(t.shape), "dtype": _DTYPE_NAMES[t.dtype],
                  "stride": list(t.stride())}
         stats = _stats(t) if t.numel() and t.dtype != torch.complex64 and not t.is_complex() else None
         self.pending.append((entry, stats, op))
@@ -123,9 +152,7 @@ class Digests:
         self.seen.clear()
         if not pending:
             return
-        stats = [s for _, s, _ in pending if s is not None]
-        values = iter(torch.stack(stats).tolist() if stats and len({s.device for s in stats}) == 1
-                      else [s.tolist() for s in stats])
+        values = iter(_read([s for _, s, _ in pending if s is not None]))
         matched = []
         for entry, s, op in pending:
             if s is not None:

@@ -58,23 +58,6 @@ def _tensor_outputs(out):
     return []
 
 
-def _inputs(args, kwargs):
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                if isinstance(v, torch.Tensor):
-                    yield v
-
-
-def _nonfinite_number(args, kwargs) -> bool:
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, float) and not math.isfinite(value):
-            return True
-    return False
-
-
 class NonFinite:
     def __init__(self, report):
         self.report = report
@@ -110,11 +93,21 @@ class NonFinite:
             tensors = floats(args[0]) if args else []
         producer = self.producer
         sources = []
-        for t in _inputs(args, kwargs):
-            known = producer.get(id(t))
-            if known is not None and known[0]() is t:
-                sources.append(known[1])
-        given = _nonfinite_number(args, kwargs)
+        given = False  # an inf/NaN number among the arguments
+        for value in (*args, *kwargs.values()) if kwargs else args:  # one pass over the arguments
+            if isinstance(value, torch.Tensor):
+                known = producer.get(id(value))
+                if known is not None and known[0]() is value:
+                    sources.append(known[1])
+            elif isinstance(value, float):
+                if not given and not math.isfinite(value):
+                    given = True
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    if isinstance(v, torch.Tensor):
+                        known = producer.get(id(v))
+                        if known is not None and known[0]() is v:
+                            sources.append(known[1])
         for t in (tensors or _tensor_outputs(out)):
             producer[id(t)] = (weakref.ref(t), op.index)
         if len(producer) > _FLUSH_EVERY * 8:  # forget the tensors that are gone

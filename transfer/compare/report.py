@@ -20,6 +20,9 @@ from typing import Any, Dict, List, Optional
 from .options import rank, rank_path
 
 
+EAGER = "torch.compile regions ran eagerly (the mode checks each operation; without it they run compiled)"
+
+
 def _short_site(site: str) -> str:
     path, _, line = site.rpartition(":")
     return f"{os.path.basename(path)}:{line}" if path else site
@@ -51,6 +54,7 @@ class Report:
         self.notes: List[str] = []
         self.quiet: List[str] = []
         self.checked = 0
+        self.eager = False  # a torch.compile'd module ran eagerly
         self.closed = False
         # Opened at the first line after an operation was checked: a process that runs none (torchrun's
         # agent, which imports torch too) writes no file and prints nothing, so it never overwrites a rank's.
@@ -87,6 +91,11 @@ class Report:
             (self.notes if summary else self.quiet).append(text)
             self.write(dict(data, kind="note", text=text))
 
+    def ran_eagerly(self) -> None:
+        """A torch.compile'd module ran (eagerly, the mode having disabled dynamo): said in the summary."""
+        self.eager = True
+        self.write({"kind": "note", "text": EAGER})
+
     def modules(self, step: int, rows: List[Dict[str, Any]], unit: str) -> None:
         """Error per module along the network in the first divergent step: a line, and the picture."""
         self.write({"kind": "modules", "step": step, "unit": unit, "rows": rows})
@@ -101,7 +110,7 @@ class Report:
             text = f"transfer compare (record): {self.checked} operations recorded, rank {self.rank}"
         else:
             text = f"transfer compare ({mode}): no divergence in {self.checked} operations checked, rank {self.rank}"
-        extra = "".join(f"; {n}" for n in self.notes[:3])
+        extra = "".join(f"; {n}" for n in ([EAGER] if self.eager else []) + self.notes[:3])
         return f"{text}{extra}; report: {self.path}"
 
     def close(self, steps: int) -> Optional[str]:

@@ -64,6 +64,7 @@ class Session:
         self.stopped = False  # the checker has its answer: operations run unobserved
         self.modules: List[str] = []
         self.names: Dict[int, str] = {}
+        self.schemas: Dict[Any, tuple] = {}  # operation -> (aten::name, name)
         self.pending: Optional[tuple] = None
         self.handles: List[Any] = []
         self.mode: Optional[Watcher] = None
@@ -96,6 +97,10 @@ class Session:
 
     # ------------------------------------------------------------------ hooks
     def _enter(self, module, args):
+        if not self.report.eager:  # a torch.compile'd module (dynamo imported by the script) runs eagerly: said
+            eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+            if eval_frame is not None and isinstance(module, getattr(eval_frame, "OptimizedModule", ())):
+                self.report.ran_eagerly()
         if self.ended:
             self.ended = False
             self.busy = True  # the checker's own operations are not the run's
@@ -125,12 +130,15 @@ class Session:
     def describe(self, func) -> Op:
         node = _current_node()
         self.index += 1
-        schema = func._schema.name
+        names = self.schemas.get(func)
+        if names is None:
+            schema = func._schema.name
+            names = self.schemas[func] = (schema, schema.split("::")[-1])
         if node is None:
-            return Op(self.index, self.step, schema, schema.split("::")[-1], "forward",
+            return Op(self.index, self.step, names[0], names[1], "forward",
                       self.modules[-1] if self.modules else "", _site())
         site, module = node.metadata.get(KEY, ("<autograd engine>", ""))
-        return Op(self.index, self.step, schema, schema.split("::")[-1], "backward", module, site)
+        return Op(self.index, self.step, names[0], names[1], "backward", module, site)
 
     def selected(self, op: Op) -> bool:
         s = self.settings
@@ -166,6 +174,13 @@ class Watcher(TorchDispatchMode):
     def __init__(self, session: Session):
         super().__init__()
         self.session = session
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch >= 2.10 wraps a mode's __torch_dispatch__ in a dynamo-disabling function (two Python frames
+        # per operation, a tenth of the mode's own cost on small operations); not needed here: the mode
+        # disables dynamo while it is on (`compare._run_compiled_regions_eagerly`)
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -8,12 +8,16 @@ JOB is ``MODE[@FAULT][#ARGS]``: MODE a TRANSFER_COMPARE value (``off``: no mode)
 ``SIM_ACCEL_FAULT`` syntax (stand-ins only), ARGS extra script arguments separated by ``;``. Each job's
 report is ``OUT_DIR/<i>.jsonl``. The special JOB ``oracle`` runs the script under a plain logging
 dispatch mode with torch's anomaly mode on, and records for each (aten operation, phase) its first call
-and the line of SCRIPT that made it: the innermost frame of SCRIPT on the stack (forward), or in the
+on the target's device (the one a stand-in's faulty kernel makes; calls on CPU tensors, such as tables
+computed before the model moves, run the CPU's kernel) and the line of SCRIPT that made it: the innermost frame of SCRIPT on the stack (forward), or in the
 traceback torch's anomaly mode stored in the autograd node being run (backward): torch's own account,
 independent of the mode.
 
-Prints one JSON line: {"oracle": {"op|phase": "file:line"}, "jobs": [[job, losses, report lines]]}; the
-losses are what the script printed (its JSON line's "losses").
+The first picture of the first divergent step is drawn as the mode draws it (a PNG where matplotlib is
+installed), the later ones as text tables: drawing a PNG costs about a second.
+
+Prints one JSON line: {"oracle": {"op|phase": "file:line"}, "jobs": [[job, losses, report lines]],
+"seconds": [CPU seconds per JOB]}; the losses are what the script printed (its JSON line's "losses").
 """
 
 import io
@@ -21,6 +25,7 @@ import json
 import os
 import runpy
 import sys
+import time
 import traceback
 
 import torch
@@ -36,6 +41,7 @@ from transfer import compare  # noqa: E402
 
 transfer.install()
 _sim = sys.modules.get("_sim_accel._fault")
+DEVICE = os.environ["TRANSFER_DEVICE"]
 
 
 def run_script(extra=()):
@@ -61,7 +67,8 @@ class Oracle(TorchDispatchMode):
         node = torch._C._current_autograd_node()
         phase = "forward" if node is None else "backward"
         key = f"{name}|{phase}"
-        if key not in self.first:
+        out = func(*args, **(kwargs or {}))
+        if key not in self.first and _on_device((args, kwargs, out)):
             if node is None:
                 frames = traceback.extract_stack()
             else:
@@ -69,7 +76,17 @@ class Oracle(TorchDispatchMode):
                 frames = [_parse(line) for line in (stored if isinstance(stored, list) else [])]
             lines = [f for f in frames if f and f[0] == script_path]
             self.first[key] = f"{os.path.basename(script_path)}:{lines[-1][1]}" if lines else None
-        return func(*args, **(kwargs or {}))
+        return out
+
+
+def _on_device(value):
+    if isinstance(value, torch.Tensor):
+        return value.device.type == DEVICE
+    if isinstance(value, (list, tuple)):
+        return any(_on_device(v) for v in value)
+    if isinstance(value, dict):
+        return any(_on_device(v) for v in value.values())
+    return False
 
 
 def _parse(entry):
@@ -81,13 +98,15 @@ def _parse(entry):
     return None
 
 
-results = {"oracle": None, "jobs": []}
+results = {"oracle": None, "jobs": [], "seconds": []}
 for i, job in enumerate(jobs):
+    began = time.process_time()
     if job == "oracle":
         oracle = Oracle()
         with torch.autograd.detect_anomaly(check_nan=False), oracle:
             run_script()
         results["oracle"] = oracle.first
+        results["seconds"].append(round(time.process_time() - began, 2))
         continue
     job_mode, _, extra = job.partition("#")
     job_mode, _, fault = job_mode.partition("@")
@@ -110,5 +129,8 @@ for i, job in enumerate(jobs):
     if job_mode != "off":
         with open(report) as fh:
             lines = [json.loads(line) for line in fh]
+    if os.path.exists(os.path.join(out_dir, f"{i}.png")):
+        sys.modules["matplotlib"] = None  # one PNG drawn: the later pictures are text tables (seconds each)
     results["jobs"].append([job, losses, lines])
+    results["seconds"].append(round(time.process_time() - began, 2))  # CPU seconds per job (the test's cost)
 print(json.dumps(results))
