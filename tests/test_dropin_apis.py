@@ -107,7 +107,7 @@ def test_missing_names_say_what_is_provided(dropins):
         from xformers.ops import NoSuchOp  # noqa: F401
     assert getattr(xformers.ops, "NoSuchOp", None) is None  # availability checks still get an AttributeError
     with pytest.raises(ImportError, match="transfer's apex provides FusedAdagrad"):
-        from apex.optimizers import FusedNovoGrad  # noqa: F401
+        from apex.optimizers import FusedMagic  # noqa: F401
     with pytest.raises(ImportError, match="prep_param_lists"):
         from apex.fp16_utils import FP16_Optimizer  # noqa: F401
 

@@ -364,6 +364,9 @@ _AMP_C = {
     "multi_tensor_sgd": "apex's SGD update (momentum, nesterov, wd before/after momentum, scale); skipped when "
                         "noop_flag is set",
     "multi_tensor_lamb": "apex's LAMB (global-norm clipping, trust ratio); the grads receive the updates",
+    "multi_tensor_lamb_mp": "FusedMixedPrecisionLamb's LAMB: lr/step tensors, grads * inv_scale, float32 masters "
+                            "written to the model copies; nothing written when noop_flag is set",
+    "multi_tensor_novograd": "apex's NovoGrad (per-tensor norms blended in place, moment modes 0/1) in float32",
 }
 _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex", TRANSLATED, "transfer's apex", _APEX, {}),
@@ -381,7 +384,8 @@ _APEX_ROWS: Tuple[_Row, ...] = (
      "min/max_loss_scale; unscale + check in one GradScaler kernel; one host read per backward, as apex", {}),
     ("apex.amp.master_params", TRANSLATED, "the optimizer's parameters", "the float32 masters with O2", {}),
     *((f"apex.amp.{name}", TRANSLATED, "apex's", "as apex; O1 casts follow torch.autocast", {}) for name in _AMP_FNS),
-    ("apex.optimizers", TRANSLATED, "transfer's apex.optimizers", "FusedAdagrad, FusedAdam, FusedLAMB, FusedSGD", {}),
+    ("apex.optimizers", TRANSLATED, "transfer's apex.optimizers", "FusedAdagrad, FusedAdam, FusedLAMB, "
+     "FusedMixedPrecisionLamb, FusedNovoGrad, FusedSGD", {}),
     ("apex.optimizers.FusedAdagrad", TRANSLATED, "torch foreach ops",
      "apex's rule: L2 g += wd*p (adagrad_w_mode: decoupled), h += g*g, p -= lr*g/(sqrt(h)+eps), float32 math", {}),
     ("apex.optimizers.FusedAdam", TRANSLATED, "torch fused AdamW / foreach ops",
@@ -391,11 +395,21 @@ _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex.optimizers.FusedLAMB", TRANSLATED, "torch foreach ops",
      "apex's LAMB: global grad norm clipped to max_grad_norm (the defaults'), trust ratio ||p||/||u|| with "
      "weight_decay or use_nvlamb, grads receive the updates", {}),
+    ("apex.optimizers.FusedMixedPrecisionLamb", TRANSLATED, "torch ops",
+     "apex's LAMB with float32 masters and moments for reduced_precision_dtype parameters, lr/step as device "
+     "tensors, the update stored in the gradient's dtype; step(grad_scaler=) unscales and skips inf/nan steps", {}),
+    ("apex.optimizers.FusedNovoGrad", TRANSLATED, "torch foreach ops",
+     "apex's NovoGrad: per-tensor gradient norms (L2 or inf) blended with beta2, first-step or zero start, "
+     "reg_inside_moment (moment mode 0) or decoupled decay, bias_correction (sqrt on the second), float32 math", {}),
     ("apex.optimizers.FusedSGD", TRANSLATED, "torch foreach ops",
-     "apex's SGD: wd before (or after) momentum, first-run momentum = grad, nesterov; O2 master weights", {}),
+     "apex's SGD: wd before (or after) momentum, first-run momentum = grad, nesterov; O2 master weights; float16 "
+     "weights and momenta are rounded once per step as the kernel does (not after each op as torch.optim.SGD)", {}),
     ("apex.optimizers.fused_adam", TRANSLATED, "transfer's apex.optimizers.fused_adam", "FusedAdam", {}),
     ("apex.optimizers.fused_lamb", TRANSLATED, "transfer's apex.optimizers.fused_lamb", "FusedLAMB", {}),
     ("apex.optimizers.fused_sgd", TRANSLATED, "transfer's apex.optimizers.fused_sgd", "FusedSGD", {}),
+    ("apex.optimizers.fused_novograd", TRANSLATED, "transfer's apex.optimizers.fused_novograd", "FusedNovoGrad", {}),
+    ("apex.optimizers.fused_mixed_precision_lamb", TRANSLATED, "transfer's apex.optimizers.fused_mixed_precision_lamb",
+     "FusedMixedPrecisionLamb", {}),
     ("apex.normalization", TRANSLATED, "transfer's apex.normalization", "the four fused norms", {}),
     ("apex.normalization.FusedLayerNorm", TRANSLATED, "F.layer_norm in float32",
      "apex's kernel semantics: float32 statistics, under autocast input and parameters cast to the autocast "
@@ -434,7 +448,8 @@ _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex.multi_tensor_apply", TRANSLATED, "transfer's amp_C",
      "multi_tensor_applier(op, noop_flag, lists, *args) calls op(2048 * 32, noop_flag, lists, *args)", {}),
     ("apex.*", UNSUPPORTED, "",
-     "transfer's apex provides amp, optimizers (FusedAdagrad/FusedAdam/FusedLAMB/FusedSGD), normalization, "
+     "transfer's apex provides amp, optimizers (FusedAdagrad/FusedAdam/FusedLAMB/FusedMixedPrecisionLamb/"
+     "FusedNovoGrad/FusedSGD), normalization, "
      "parallel (with LARC), multi_tensor_apply, mlp, fp16_utils and contrib.clip_grad; transformer, the other "
      "contrib packages, fused_dense, ... raise ModuleNotFoundError naming what is provided", {}),
     ("amp_C", TRANSLATED, "transfer's amp_C", "apex's multi-tensor kernels as torch foreach ops "
