@@ -281,6 +281,36 @@ def test_fused_sgd_half_rounds_once_as_apex_kernel():
     assert not torch.equal(p.detach(), theirs.detach())  # torch's rounding differs, which apex's test sees
 
 
+def test_fp16_optimizer_keeps_float32_masters_and_skips_overflow_steps(capsys):
+    """apex.fp16_utils.FP16_Optimizer as older trainers use it (a half model, the optimizer wrapped, its
+    backward): the masters step on the model's gradients / scale; an overflow skips the step and halves
+    the scale; the model gets the masters in float16."""
+    from apex.fp16_utils import FP16_Optimizer, network_to_half
+
+    torch.manual_seed(0)
+    model = network_to_half(torch.nn.Linear(4, 3)).cuda()
+    start = [p.detach().float().clone() for p in model.parameters()]
+    optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.5), dynamic_loss_scale=True, verbose=False)
+    assert optimizer.loss_scale == 2.0 ** 16 and all(p.dtype == torch.float32 for p in optimizer.param_groups[0]["params"])
+    x = torch.randn(8, 4, device="cuda")
+    optimizer.zero_grad()
+    optimizer.backward(model(x).float().pow(2).mean())
+    model_grads = [p.grad.float() for p in model.parameters()]  # float16 gradients of the scaled loss
+    optimizer.step()
+    masters = optimizer.param_groups[0]["params"]
+    for master, w0, g in zip(masters, start, model_grads):
+        torch.testing.assert_close(master.detach(), w0 - 0.5 * g / 2.0 ** 16)
+    for p, master in zip(model.parameters(), masters):
+        assert p.dtype == torch.float16 and torch.equal(p.detach(), master.detach().half())
+    before = [m.detach().clone() for m in masters]
+    optimizer.zero_grad()
+    optimizer.backward(model(x).float().sum() * float("inf"))
+    optimizer.step()
+    assert optimizer.overflow and optimizer.loss_scale == 2.0 ** 15
+    assert all(torch.equal(b, m.detach()) for b, m in zip(before, masters))
+    assert "Gradient overflow" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ amp_C / multi_tensor_applier
 
 @SETTINGS
@@ -360,7 +390,7 @@ def test_amp_c_names_what_it_provides():
     import amp_C
 
     with pytest.raises(AttributeError, match="provides multi_tensor_scale"):
-        amp_C.multi_tensor_novograd
+        amp_C.multi_tensor_lamb_stage1_cuda  # an apex kernel not provided
     assert not hasattr(amp_C, "__path__")  # a module, as apex's extension
 
 

@@ -109,7 +109,7 @@ def test_missing_names_say_what_is_provided(dropins):
     with pytest.raises(ImportError, match="transfer's apex provides FusedAdagrad"):
         from apex.optimizers import FusedMagic  # noqa: F401
     with pytest.raises(ImportError, match="prep_param_lists"):
-        from apex.fp16_utils import FP16_Optimizer  # noqa: F401
+        from apex.fp16_utils import FP32_Optimizer  # noqa: F401
 
 
 def test_apex_second_ring(dropins):

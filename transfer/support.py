@@ -443,8 +443,12 @@ _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex.contrib.clip_grad", TRANSLATED, "torch.nn.utils.clip_grad_norm_", "clip_grad_norm_, which apex "
      "documents as identical to torch's", {}),
     ("apex.fp16_utils", TRANSLATED, "torch ops", "network_to_half, FP16Model, prep_param_lists, "
-     "model_grads_to_master_grads, master_params_to_model_params, ...; FP16_Optimizer and its loss scalers "
-     "raise ImportError naming what is provided", {}),
+     "model_grads_to_master_grads, master_params_to_model_params, ..., the legacy LossScaler / DynamicLossScaler",
+     {}),
+    ("apex.fp16_utils.FP16_Optimizer", TRANSLATED, "apex.amp's LossScaler + amp_C",
+     "apex's: float32 masters replace the float16 params in the wrapped optimizer, backward scales and unscales "
+     "into the masters, an overflow (dynamic_loss_scale) skips the step and halves the scale, the model gets "
+     "the masters in float16; state_dict holds the masters", {}),
     ("apex.multi_tensor_apply", TRANSLATED, "transfer's amp_C",
      "multi_tensor_applier(op, noop_flag, lists, *args) calls op(2048 * 32, noop_flag, lists, *args)", {}),
     ("apex.*", UNSUPPORTED, "",
