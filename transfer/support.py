@@ -522,7 +522,10 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
     ("xformers.ops.memory_efficient_attention", TRANSLATED, "scaled_dot_product_attention",
      "[B, M, H, K] layout, scale, p (dropout), GQA via 5-D [B, M, G, H, K] inputs; attn_bias: a tensor, "
      "LowerTriangularMask (and FromBottomRight), LowerTriangularMaskWithTensorBias, BlockDiagonalMask "
-     "(causal variants, from_seqlens), LocalAttentionFromBottomRightMask as SDPA masks; op= / attention_op= "
+     "(causal variants, from_seqlens), LocalAttentionFromBottomRightMask, the padded-keys masks of KV-cache "
+     "decoding (BlockDiagonalPaddedKeysMask, BlockDiagonalCausalWithOffsetPaddedKeysMask, "
+     "BlockDiagonalCausalLocalAttentionPaddedKeysMask: each block's keys in use, never the padding; the paged "
+     "and gappy ones raise TypeError) as SDPA masks; op= / attention_op= "
      "accept xformers' operator classes (MemoryEfficientAttention*Op, fmha.cutlass.FwOp, ...), a kernel choice", {}),
     ("xformers.ops", TRANSLATED, "transfer's xformers.ops", "memory_efficient_attention, the attn_bias classes, "
      "operator classes, SwiGLU/swiglu, scaled_index_add, index_select_cat, unbind", {}),

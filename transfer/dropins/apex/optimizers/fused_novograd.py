@@ -12,8 +12,10 @@ import torch
 
 from transfer.dropins import _multi_tensor as _mt
 
+from ._apex_zero_grad import SetGradNone
 
-class FusedNovoGrad(torch.optim.Optimizer):
+
+class FusedNovoGrad(SetGradNone, torch.optim.Optimizer):
     """NovoGrad with apex's hyper-parameters and update rule."""
 
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
@@ -26,17 +28,6 @@ class FusedNovoGrad(torch.optim.Optimizer):
         super(FusedNovoGrad, self).__init__(params, defaults)
         self.moment_mode = 0 if reg_inside_moment else 1
         self.set_grad_none = set_grad_none
-
-    def zero_grad(self, set_to_none=None):
-        """apex's rule (set_grad_none); an explicit set_to_none is honoured."""
-        if set_to_none is not None:
-            super(FusedNovoGrad, self).zero_grad(set_to_none=set_to_none)
-        elif self.set_grad_none:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    p.grad = None
-        else:
-            super(FusedNovoGrad, self).zero_grad()
 
     def load_state_dict(self, state_dict):
         super(FusedNovoGrad, self).load_state_dict(state_dict)
