@@ -285,6 +285,30 @@ def test_flash_attn_mha(dropins, options):
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("options", [{"use_flash_attn": True, "rotary_emb_dim": 16},  # the kvcache fast path
+                                     {"use_flash_attn": True, "rotary_emb_dim": 8, "num_heads_kv": 2},
+                                     {"use_flash_attn": False, "rotary_emb_dim": 8}])
+def test_flash_attn_mha_generation_with_inference_params(dropins, options):
+    """flash-attention's generation: a prompt, then one token per step with InferenceParams; each step's output
+    is what the causal forward over the whole sequence gives at that position (what a KV cache must not change)."""
+    from flash_attn.modules.mha import MHA
+    from flash_attn.utils.generation import InferenceParams
+
+    torch.manual_seed(0)
+    mha = MHA(64, 4, causal=True, layer_idx=0, **options).double().cuda().eval()
+    x = torch.randn(2, 8, 64, dtype=torch.float64, device="cuda")
+    with torch.no_grad():
+        full = mha(x)
+        params = InferenceParams(max_seqlen=16, max_batch_size=2)
+        steps = [mha(x[:, :5], inference_params=params)]
+        params.seqlen_offset += 5
+        for t in range(5, 8):
+            steps.append(mha(x[:, t:t + 1], inference_params=params))
+            params.seqlen_offset += 1
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    assert params.key_value_memory_dict[0].shape == (2, 16, 2, mha.num_heads_kv, 16)
+
+
 def test_kvcache_rotary_positions_count_the_left_padding(dropins):
     """flash_attn_with_kvcache: the new keys are rotated at positions cache_seqlens, counted from the cache's
     start with cache_leftpad included (flash-attention's kernel and its test_flash_attn_kvcache)."""

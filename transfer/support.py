@@ -511,7 +511,11 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
      "kernel's formula (label_smoothing, logit_scale, z-loss, ignore_index), float32; process_group raises", {}),
     ("flash_attn.modules.mha", TRANSLATED, "transfer's flash_attn functions", "MHA with flash-attention's "
      "parameters (Wqkv / Wq+Wkv, out_proj, rotary_emb): MQA/GQA, rotary, causal, ALiBi, windows, key_padding_mask, "
-     "varlen cu_seqlens, return_residual; inference_params (KV cache) and dwconv raise", {}),
+     "varlen cu_seqlens, return_residual, generation with inference_params (the KV cache filled at seqlen_offset, "
+     "rotary from there, flash_attn_with_kvcache past the prompt; CrossAttention causal from the bottom-right); "
+     "dwconv raises", {}),
+    ("flash_attn.utils.generation", TRANSLATED, "transfer's flash_attn.utils.generation", "InferenceParams; "
+     "flash-attention's decode loops raise ImportError naming what is provided", {}),
     ("flash_attn.ops.fused_dense", TRANSLATED, "F.linear", "FusedDense, fused_dense_func, FusedMLP, fused_mlp_func "
      "(gelu_approx, relu, sqrelu; return_residual); tensor parallelism raises", {}),
     ("flash_attn.*", UNSUPPORTED, "", "transfer's flash_attn provides the interface functions, bert_padding, "
