@@ -531,7 +531,8 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
      "BlockDiagonalCausalLocalAttentionPaddedKeysMask: each block's keys in use, never the padding; the paged "
      "and gappy ones raise TypeError) as SDPA masks; op= / attention_op= "
      "accept xformers' operator classes (MemoryEfficientAttention*Op, fmha.cutlass.FwOp, ...), a kernel choice", {}),
-    ("xformers.ops", TRANSLATED, "transfer's xformers.ops", "memory_efficient_attention, the attn_bias classes, "
+    ("xformers.ops", TRANSLATED, "transfer's xformers.ops", "memory_efficient_attention, AttentionBias and "
+     "LowerTriangularMask (the other biases from xformers.ops.fmha.attn_bias, as xformers), "
      "operator classes, SwiGLU/swiglu, scaled_index_add, index_select_cat, unbind", {}),
     ("xformers.ops.SwiGLU", TRANSLATED, "F.linear + F.silu", "linear(silu(x W1 + b1) * (x W2 + b2), W3, b3); w12 "
      "packed (or w1/w2) and w3 as xformers'", {}),

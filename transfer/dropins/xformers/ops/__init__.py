@@ -4,10 +4,11 @@ SwiGLU / swiglu, scaled_index_add and index_select_cat (what each computes: the 
 from transfer.dropins._missing import missing
 import torch
 
-from xformers.ops.fmha.attn_bias import *  # noqa: F401,F403 (every bias class: attn_bias.__all__)
-from xformers.ops.fmha import (  # noqa: F401
+from xformers.ops.fmha import (  # noqa: F401 (as xformers.ops: the other biases live in xformers.ops.fmha.attn_bias)
+    AttentionBias,
     AttentionOp,
     AttentionOpBase,
+    LowerTriangularMask,
     MemoryEfficientAttentionCkOp,
     MemoryEfficientAttentionCutlassFwdFlashBwOp,
     MemoryEfficientAttentionCutlassOp,

@@ -329,4 +329,7 @@ class BlockDiagonalCausalLocalAttentionPaddedKeysMask(BlockDiagonalPaddedKeysMas
                    window_size)
 
 
+#: xformers' varlen biases that transfer provides (its paged and gappy ones are not)
+VARLEN_BIASES = (BlockDiagonalMask, BlockDiagonalPaddedKeysMask)
+
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, AttentionBias)]
