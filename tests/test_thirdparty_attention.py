@@ -163,7 +163,7 @@ def test_varlen_matches_each_sequence(fa, lens, c):
     cu_q = torch.tensor([0] + list(torch.tensor(lq).cumsum(0)), dtype=torch.int32)
     cu_k = torch.tensor([0] + list(torch.tensor(lk).cumsum(0)), dtype=torch.int32)
     window, scale = (c["left"], c["right"]), c["d"] ** -0.5
-    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=c["causal"],
+    out, lse, probs = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=c["causal"],
                                             window_size=window, softcap=c["softcap"], alibi_slopes=slopes,
                                             return_attn_probs=True)
     plain = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=c["causal"], window_size=window,
@@ -173,10 +173,14 @@ def test_varlen_matches_each_sequence(fa, lens, c):
         qs, ks = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
         # flash_attn normalises the window against max_seqlen_k (then per sequence as below)
         w = kernel_window(c["causal"], window, max(lk))
-        o, l_, _ = reference(q[qs][None], k[ks][None], v[ks][None], scale, False, w, c["softcap"], flash=False,
-                             slopes=None if slopes is None else slopes[i:i + 1])
+        o, l_, p_ = reference(q[qs][None], k[ks][None], v[ks][None], scale, False, w, c["softcap"], flash=False,
+                              slopes=None if slopes is None else slopes[i:i + 1])
         refs.append(o[0])
         lses.append(l_[0])
+        # flash_attn's layout of the probabilities: [batch, H, max_seqlen_q, max_seqlen_k], each block top-left
+        padded = torch.zeros(h, max(lq), max(lk), dtype=torch.float64)
+        padded[:, :lq[i], :lk[i]] = p_[0]
+        torch.testing.assert_close(probs[i].double(), padded, rtol=1e-6, atol=1e-9)
     ref = torch.cat(refs)
     torch.testing.assert_close(out, ref, rtol=1e-7, atol=1e-9)
     torch.testing.assert_close(plain, ref, rtol=1e-7, atol=1e-9)

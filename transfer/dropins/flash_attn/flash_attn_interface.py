@@ -7,7 +7,7 @@ each deliberate:
 * ``deterministic`` is accepted; the backward is autograd's (deterministic where torch's is);
 * ``return_attn_probs``' third value is the softmax itself, [B, H, sq, sk] (flash_attn pads
   it to multiples of 128 and warns it may be mis-scaled), negative where dropout dropped;
-  for varlen it is [H, total_q, total_k], block-diagonal;
+  for varlen [batch, H, max_seqlen_q, max_seqlen_k], each sequence's block at its top-left, as flash_attn;
 * varlen runs one SDPA call over a block-diagonal mask built on the device (no host sync)
   up to ``_attention.VARLEN_MASK_LIMIT`` mask entries, then one call per sequence;
 * ``flash_attn_with_kvcache`` (inference) loops over the batch on the host; paged KV
@@ -118,7 +118,23 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dro
         q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale=_scale(q, softmax_scale),
         left=left, right=right, softcap=float(softcap or 0.0), alibi_slopes=alibi_slopes, dropout_p=float(dropout_p),
         want_lse=return_attn_probs, want_probs=return_attn_probs)
+    if return_attn_probs:
+        probs = _per_sequence(probs, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
     return (out, lse, probs) if return_attn_probs else out
+
+
+def _per_sequence(probs, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The varlen probabilities in flash_attn's layout, [batch, H, max_seqlen_q, max_seqlen_k]: sequence b's block
+    at the top-left of [b], zeros elsewhere (flash_attn also rounds the last two sizes up to 128). Reads the lengths
+    on the host: a debugging output."""
+    if probs is None or probs.dim() == 4:
+        return probs
+    starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    out = probs.new_zeros(len(starts_q) - 1, probs.shape[0], max_seqlen_q, max_seqlen_k)
+    for b in range(len(starts_q) - 1):
+        nq, nk = starts_q[b + 1] - starts_q[b], starts_k[b + 1] - starts_k[b]
+        out[b, :, :nq, :nk] = probs[:, starts_q[b]:starts_q[b + 1], starts_k[b]:starts_k[b + 1]]
+    return out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
