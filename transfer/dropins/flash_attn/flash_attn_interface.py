@@ -32,22 +32,8 @@ USE_TRITON_ROCM = os.getenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "FALSE") == "TR
 def _get_block_size_n(device, head_dim, is_dropout, is_causal):
     """The CUDA kernel's key block size for (device capability, head_dim): upstream's table, which its tests
     use to decode the dropout mask returned with the attention probabilities."""
-    assert head_dim <= 256
     major, minor = torch.cuda.get_device_capability(device)
-    is_sm8x = major == 8 and minor > 0  # sm86 and sm89, not sm80 (A100)
-    if head_dim <= 32:
-        return 128
-    if head_dim <= 64:
-        return 128 if not is_dropout else 64
-    if head_dim <= 96:
-        return 64
-    if head_dim <= 128:
-        if is_sm8x:
-            return 64 if (not is_dropout and is_causal) else 32
-        return 64 if not is_dropout else 32
-    if head_dim <= 160:
-        return 64 if is_sm8x else 32
-    return 64
+    return _block_n(head_dim, is_dropout, is_causal, is_sm8x=major == 8 and minor > 0)  # sm86/sm89, not sm80
 
 
 def _kernel_probs(probs, head_dim, is_dropout, causal):
@@ -69,8 +55,9 @@ def _kernel_probs(probs, head_dim, is_dropout, causal):
     return scaled.to(probs.dtype)
 
 
-def _block_n(head_dim, is_dropout, causal):
-    """_get_block_size_n for an sm80 (the capability transfer answers where bf16 is computed)."""
+def _block_n(head_dim, is_dropout, causal, is_sm8x=False):
+    """The kernel's key block size; by default an sm80's (the capability transfer answers where bf16 is computed)."""
+    assert head_dim <= 256
     if head_dim <= 32:
         return 128
     if head_dim <= 64:
@@ -78,8 +65,12 @@ def _block_n(head_dim, is_dropout, causal):
     if head_dim <= 96:
         return 64
     if head_dim <= 128:
+        if is_sm8x:
+            return 64 if (not is_dropout and causal) else 32
         return 64 if not is_dropout else 32
-    return 32 if head_dim <= 160 else 64
+    if head_dim <= 160:
+        return 64 if is_sm8x else 32
+    return 64
 
 
 __all__ = [
