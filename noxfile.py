@@ -251,6 +251,20 @@ def fast(session: nox.Session) -> None:
     session.log(f"fast tier: pytest {seconds:.0f} s, session {time.monotonic() - start:.0f} s")
 
 
+#: The triton each torch's CUDA wheel pins (its Requires-Dist; 2.13.0: 9.9 s to install, 691 MB). `tests` installs
+#: it beside the venv, not into it, and names the folder in TRANSFER_TEST_TRITON: tests/test_compile_with_triton.py
+#: runs torch.compile with it importable; the rest of the suite keeps the CPU build without triton.
+TRITON_FOR_TORCH = {"2.13.0": "3.7.1"}
+
+
+def triton_folder(session: nox.Session, python: str, torch: str) -> str:
+    folder = os.path.join(WORK, f"triton-{TRITON_FOR_TORCH[torch]}")
+    if not os.path.exists(os.path.join(folder, "triton", "__init__.py")):
+        session.run_install(python, "-m", "pip", "install", "-q", "--no-deps", "--target", folder,
+                            f"triton=={TRITON_FOR_TORCH[torch]}", external=True)
+    return folder
+
+
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The full suite, default torch, against the installed wheel, with NVIDIA's container variables set
@@ -258,8 +272,9 @@ def tests(session: nox.Session) -> None:
     wheel = build_wheel(session)
     python = prepare_venv(session, "tests", DEFAULT_TORCH, wheel, extra=framework_requirements())
     session.log("with " + " ".join(f"{k}={v}" for k, v in NVIDIA_ENV.items()))
+    env = {**NVIDIA_ENV, "TRANSFER_TEST_TRITON": triton_folder(session, python, DEFAULT_TORCH)}
     run_pytest(session, python, test_tree("tests"), wheel, "--durations=40", "tests", *session.posargs,
-               junit=junit_path(session, DEFAULT_TORCH), env=NVIDIA_ENV)
+               junit=junit_path(session, DEFAULT_TORCH), env=env)
 
 
 #: The engine tests, which docs/engines.md reports target by target.

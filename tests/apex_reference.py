@@ -73,6 +73,50 @@ def lamb(params, grads, ms, vs, *, step, lr, beta1, beta2, eps, weight_decay, ad
     return out_p, out_m, out_v, updates
 
 
+def novograd(params, grads, ms, norms, *, step, lr, beta1, beta2, eps, weight_decay, grad_averaging,
+             bias_correction, reg_inside_moment, norm_type, init_zero):
+    """One apex FusedNovoGrad step over one group (csrc/multi_tensor_novograd.cu, multi_tensor_norm_out):
+    per-tensor gradient norms n (the norms, not squares; None before the first step) blend as
+    sqrt(beta2*n^2 + (1-beta2)*||g||^2) (L-inf: beta2*n + (1-beta2)*max|g|), started at the first
+    gradients' norms (0 with init_zero); returns (params, ms, norms)."""
+    grads = [g.to(F64) for g in grads]
+    new = [float(g.abs().max()) if norm_type == 0 else float(g.norm()) for g in grads]
+    if norms is None:
+        norms = [0.0] * len(grads) if init_zero else list(new)
+    if norm_type == 0:
+        norms = [beta2 * n + (1 - beta2) * x for n, x in zip(norms, new)]
+    else:
+        norms = [math.sqrt(beta2 * n * n + (1 - beta2) * x * x) for n, x in zip(norms, new)]
+    bc1 = 1 - beta1 ** step if bias_correction else 1.0
+    bc2 = math.sqrt(1 - beta2 ** step) if bias_correction else 1.0
+    beta3 = 1 - beta1 if grad_averaging else 1.0
+    out_p, out_m = [], []
+    for p, g, m, n in zip(params, grads, ms, norms):
+        p, m = p.to(F64), m.to(F64)
+        denom = n / bc2 + eps
+        if reg_inside_moment:
+            g = g / denom + weight_decay * p
+            m = beta1 * m + beta3 * g
+            p = p - lr * m / bc1
+        else:
+            m = beta1 * m + beta3 * g
+            p = p - lr * (m / bc1 / denom + weight_decay * p)
+        out_p.append(p)
+        out_m.append(m)
+    return out_p, out_m, norms
+
+
+def sgd_half(p, g, buf, *, lr, momentum, first_run):
+    """apex's SGDFunctor on float16 weights, momenta and gradients: each loaded to a float32 register,
+    v = momentum*v + g (g on the first run), w = w - lr*v in float32, both stored to float16 once.
+    (torch.optim.SGD instead rounds v to float16 after each op and updates w from the rounded v.)"""
+    f32 = torch.float32
+    g32 = g.to(f32)
+    v32 = g32.clone() if first_run else buf.to(f32) * momentum + g32
+    w32 = p.to(f32) + (-lr) * v32
+    return w32.to(torch.float16), v32.to(torch.float16)
+
+
 def layer_norm(x, normalized_shape, weight, bias, eps):
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims, biased variance."""
     dims = tuple(range(-len(normalized_shape), 0))

@@ -192,6 +192,125 @@ def test_fused_lamb_rejects_bf16_and_amsgrad():
         FusedLAMB([p]).step()
 
 
+@pytest.mark.parametrize("reg_inside_moment,norm_type,init_zero,bias_correction,grad_averaging,wd", [
+    (True, 2, False, False, False, 0.0),  # the settings of apex's own test against its reference Novograd
+    (False, 2, True, True, True, 0.01),
+    (True, 0, False, True, True, 0.01),
+    (False, 0, True, False, False, 0.0),
+])
+def test_fused_novograd_follows_apex_update_rule(reg_inside_moment, norm_type, init_zero, bias_correction,
+                                                 grad_averaging, wd):
+    from apex.optimizers import FusedNovoGrad
+
+    gen = torch.Generator().manual_seed(3)
+    shape_list = [(4, 3), (5,), (1,)]
+    params = [torch.nn.Parameter(torch.rand(s, generator=gen)) for s in shape_list]
+    opt = FusedNovoGrad(params, lr=1e-2, betas=(0.95, 0.98), eps=1e-8, weight_decay=wd, grad_averaging=grad_averaging,
+                        bias_correction=bias_correction, reg_inside_moment=reg_inside_moment, norm_type=norm_type,
+                        init_zero=init_zero)
+    wp, wm, norms = [p.detach().to(ref.F64) for p in params], [torch.zeros(s, dtype=ref.F64) for s in shape_list], None
+    for step in range(1, 4):
+        grads = [torch.rand(s, generator=gen) for s in shape_list]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.step()
+        wp, wm, norms = ref.novograd(wp, grads, wm, norms, step=step, lr=1e-2, beta1=0.95, beta2=0.98, eps=1e-8,
+                                     weight_decay=wd, grad_averaging=grad_averaging, bias_correction=bias_correction,
+                                     reg_inside_moment=reg_inside_moment, norm_type=norm_type, init_zero=init_zero)
+    for p, w in zip(params, wp):
+        _close(p.detach(), w, rtol=1e-5, atol=1e-6)
+    got_norms = opt.param_groups[0]["exp_avg_sq"][1]  # [fp16 norms, fp32 norms], the norms themselves
+    _close(got_norms, torch.tensor(norms, dtype=ref.F64), rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="AMSGrad"):
+        FusedNovoGrad(params, amsgrad=True)
+
+
+def test_fused_mixed_precision_lamb_keeps_float32_masters_and_skips_overflow():
+    from apex.optimizers import FusedMixedPrecisionLamb
+
+    gen = torch.Generator().manual_seed(5)
+    shape_list = [(6, 4), (3,)]
+    start = [torch.randn(s, generator=gen) for s in shape_list]
+    params = [torch.nn.Parameter(t.to(torch.bfloat16)) for t in start]
+    opt = FusedMixedPrecisionLamb(params, lr=1e-2, weight_decay=0.01, reduced_precision_dtype=torch.bfloat16)
+    wp = [t.to(torch.bfloat16).to(ref.F64) for t in start]  # the masters start as the model's values
+    wm, wv = [torch.zeros(s, dtype=ref.F64) for s in shape_list], [torch.zeros(s, dtype=ref.F64) for s in shape_list]
+    scaler = torch.amp.GradScaler("cuda", init_scale=1024.0)
+    for step in range(1, 4):
+        grads = [torch.randn(s, generator=gen).to(torch.bfloat16) for s in shape_list]
+        loss = sum((p.float() * g.float()).sum() for p, g in zip(params, grads))  # d loss / d p = g
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # the optimizer reads the scale itself (_step_supports_amp_scaling)
+        scaler.update()
+        opt.zero_grad()
+        wp, wm, wv, _ = ref.lamb(wp, grads, wm, wv, step=step, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-6,
+                                 weight_decay=0.01, adam_w_mode=True, grad_averaging=True, bias_correction=True,
+                                 max_grad_norm=1.0, use_nvlamb=False)
+    masters = opt.param_groups_full_precision[0]["params"]
+    for p, master, w in zip(params, masters, wp):
+        assert master.dtype == torch.float32 and opt.state[p]["exp_avg"].dtype == torch.float32
+        # the update is stored in the bfloat16 gradient before it is applied (as the kernel does): 2**-8 of lr*|u|
+        _close(master, w, rtol=0, atol=1e-2 * 2 ** -7 * 3)
+        assert torch.equal(p.detach(), master.to(torch.bfloat16))  # the model gets the masters' new values
+    before = [m.clone() for m in masters]
+    scaler.scale(params[0].float().sum() * float("inf") + params[1].float().sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert all(torch.equal(b, m) for b, m in zip(before, masters))  # an overflow step changes nothing
+    assert int(opt.param_groups[0]["step"]) == 3
+
+
+def test_fused_sgd_half_rounds_once_as_apex_kernel():
+    """apex's tests/L0 TestFusedSGD.test_half compares FusedSGD on float16 with torch.optim.SGD within 1e-3:
+    the kernel keeps the new momentum in float32 for the weight update, torch updates from the momentum
+    rounded to float16, so 7 steps drift by 1.2e-3 to 2e-3 whatever the seed. The drop-in is the kernel."""
+    from apex.optimizers import FusedSGD
+
+    gen = torch.Generator().manual_seed(0)
+    start = torch.rand(4096, generator=gen).half()
+    p, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    opt, torch_opt = FusedSGD([p], lr=0.25, momentum=0.125), torch.optim.SGD([theirs], lr=0.25, momentum=0.125)
+    want, buf = start.clone(), None
+    for step in range(4):
+        g = torch.rand(4096, generator=gen).half()
+        p.grad, theirs.grad = g.clone(), g.clone()
+        opt.step()
+        torch_opt.step()
+        want, buf = ref.sgd_half(want, g, buf, lr=0.25, momentum=0.125, first_run=step == 0)
+        assert torch.equal(p.detach(), want) and torch.equal(opt.state[p]["momentum_buffer"], buf)
+    assert not torch.equal(p.detach(), theirs.detach())  # torch's rounding differs, which apex's test sees
+
+
+def test_fp16_optimizer_keeps_float32_masters_and_skips_overflow_steps(capsys):
+    """apex.fp16_utils.FP16_Optimizer as older trainers use it (a half model, the optimizer wrapped, its
+    backward): the masters step on the model's gradients / scale; an overflow skips the step and halves
+    the scale; the model gets the masters in float16."""
+    from apex.fp16_utils import FP16_Optimizer, network_to_half
+
+    torch.manual_seed(0)
+    model = network_to_half(torch.nn.Linear(4, 3)).cuda()
+    start = [p.detach().float().clone() for p in model.parameters()]
+    optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.5), dynamic_loss_scale=True, verbose=False)
+    assert optimizer.loss_scale == 2.0 ** 16 and all(p.dtype == torch.float32 for p in optimizer.param_groups[0]["params"])
+    x = torch.randn(8, 4, device="cuda")
+    optimizer.zero_grad()
+    optimizer.backward(model(x).float().pow(2).mean())
+    model_grads = [p.grad.float() for p in model.parameters()]  # float16 gradients of the scaled loss
+    optimizer.step()
+    masters = optimizer.param_groups[0]["params"]
+    for master, w0, g in zip(masters, start, model_grads):
+        torch.testing.assert_close(master.detach(), w0 - 0.5 * g / 2.0 ** 16)
+    for p, master in zip(model.parameters(), masters):
+        assert p.dtype == torch.float16 and torch.equal(p.detach(), master.detach().half())
+    before = [m.detach().clone() for m in masters]
+    optimizer.zero_grad()
+    optimizer.backward(model(x).float().sum() * float("inf"))
+    optimizer.step()
+    assert optimizer.overflow and optimizer.loss_scale == 2.0 ** 15
+    assert all(torch.equal(b, m.detach()) for b, m in zip(before, masters))
+    assert "Gradient overflow" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ amp_C / multi_tensor_applier
 
 @SETTINGS
@@ -271,7 +390,7 @@ def test_amp_c_names_what_it_provides():
     import amp_C
 
     with pytest.raises(AttributeError, match="provides multi_tensor_scale"):
-        amp_C.multi_tensor_novograd
+        amp_C.multi_tensor_lamb_stage1_cuda  # an apex kernel not provided
     assert not hasattr(amp_C, "__path__")  # a module, as apex's extension
 
 

@@ -100,6 +100,47 @@ def test_xformers_ops_second_ring(dropins):
                        torch.cat([s[i].flatten() for s, i in zip(sources, indices)]))
 
 
+@pytest.mark.parametrize("kind", ["open", "causal", "local"])
+def test_xformers_padded_keys_masks_as_decoding_uses_them(dropins, kind):
+    """KV-cache decoding's layout: packed queries, keys padded per sequence to one length. xformers: a query of
+    block i sees block i's keys in use [i*pad, i*pad + len_i), never the padding; causal "with offset" from the
+    block's bottom-right corner (query r of nq sees key c when c <= r + len_i - nq); local within a window."""
+    from xformers.ops import fmha, memory_efficient_attention
+
+    bias_types = {"open": fmha.attn_bias.BlockDiagonalPaddedKeysMask,
+                  "causal": fmha.attn_bias.BlockDiagonalCausalWithOffsetPaddedKeysMask,
+                  "local": fmha.attn_bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask}
+    q_lens, k_lens, pad, window = [1, 3, 2], [4, 5, 2], 6, 3
+    if kind == "local":
+        bias = bias_types[kind].from_seqlens_local(q_lens, pad, k_lens, window)
+    else:
+        bias = bias_types[kind].from_seqlens(q_seqlen=q_lens, kv_padding=pad, kv_seqlen=k_lens)
+    torch.manual_seed(0)
+    q = torch.randn(1, sum(q_lens), 2, 8, dtype=torch.float64, device="cuda")
+    k, v = (torch.randn(1, len(k_lens) * pad, 2, 8, dtype=torch.float64, device="cuda") for _ in range(2))
+    k[:, 5], v[:, 5] = float("nan"), float("nan")  # padding of block 0: never read
+    expected, mask = [], torch.full((sum(q_lens), len(k_lens) * pad), float("-inf"), dtype=torch.float64)
+    for b, (nq, nk) in enumerate(zip(q_lens, k_lens)):
+        qs, ks = sum(q_lens[:b]), b * pad
+        r, c = torch.arange(nq).view(-1, 1), torch.arange(nk).view(1, -1)
+        keep = torch.ones(nq, nk, dtype=torch.bool)
+        if kind != "open":
+            keep &= c <= r + nk - nq
+        if kind == "local":
+            keep &= c > r + nk - nq - window
+        mask[qs:qs + nq, ks:ks + nk] = torch.zeros(nq, nk, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+        qb, kb, vb = (t[0, s:s + n].transpose(0, 1) for t, s, n in ((q, qs, nq), (k, ks, nk), (v, ks, nk)))
+        scores = (qb @ kb.transpose(-1, -2) / math.sqrt(8)).masked_fill(~keep, float("-inf"))
+        expected.append((scores.softmax(-1) @ vb).transpose(0, 1))
+    torch.testing.assert_close(memory_efficient_attention(q, k, v, attn_bias=bias), torch.cat(expected)[None])
+    torch.testing.assert_close(bias.materialize((2, sum(q_lens), len(k_lens) * pad), dtype=torch.float64),
+                               mask.expand(2, -1, -1))
+    with pytest.raises(ValueError, match="k shapes wrong"):
+        bias.materialize((sum(q_lens), 5))
+    # as xformers 0.0.29: fmha re-exports only AttentionBias, BlockDiagonalMask, LowerTriangularMask, VARLEN_BIASES
+    assert not hasattr(fmha, "BlockDiagonalCausalWithOffsetPaddedKeysMask") and bias_types["open"] in fmha.VARLEN_BIASES
+
+
 def test_missing_names_say_what_is_provided(dropins):
     import xformers.ops
 
@@ -107,9 +148,9 @@ def test_missing_names_say_what_is_provided(dropins):
         from xformers.ops import NoSuchOp  # noqa: F401
     assert getattr(xformers.ops, "NoSuchOp", None) is None  # availability checks still get an AttributeError
     with pytest.raises(ImportError, match="transfer's apex provides FusedAdagrad"):
-        from apex.optimizers import FusedNovoGrad  # noqa: F401
+        from apex.optimizers import FusedMagic  # noqa: F401
     with pytest.raises(ImportError, match="prep_param_lists"):
-        from apex.fp16_utils import FP16_Optimizer  # noqa: F401
+        from apex.fp16_utils import FP32_Optimizer  # noqa: F401
 
 
 def test_apex_second_ring(dropins):
@@ -244,6 +285,30 @@ def test_flash_attn_mha(dropins, options):
     (got,) = torch.autograd.grad(out, x, grad)
     (want,) = torch.autograd.grad(expected, x, grad)
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("options", [{"use_flash_attn": True, "rotary_emb_dim": 16},  # the kvcache fast path
+                                     {"use_flash_attn": True, "rotary_emb_dim": 8, "num_heads_kv": 2},
+                                     {"use_flash_attn": False, "rotary_emb_dim": 8}])
+def test_flash_attn_mha_generation_with_inference_params(dropins, options):
+    """flash-attention's generation: a prompt, then one token per step with InferenceParams; each step's output
+    is what the causal forward over the whole sequence gives at that position (what a KV cache must not change)."""
+    from flash_attn.modules.mha import MHA
+    from flash_attn.utils.generation import InferenceParams
+
+    torch.manual_seed(0)
+    mha = MHA(64, 4, causal=True, layer_idx=0, **options).double().cuda().eval()
+    x = torch.randn(2, 8, 64, dtype=torch.float64, device="cuda")
+    with torch.no_grad():
+        full = mha(x)
+        params = InferenceParams(max_seqlen=16, max_batch_size=2)
+        steps = [mha(x[:, :5], inference_params=params)]
+        params.seqlen_offset += 5
+        for t in range(5, 8):
+            steps.append(mha(x[:, t:t + 1], inference_params=params))
+            params.seqlen_offset += 1
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    assert params.key_value_memory_dict[0].shape == (2, 16, 2, mha.num_heads_kv, 16)
 
 
 def test_kvcache_rotary_positions_count_the_left_padding(dropins):

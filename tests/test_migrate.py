@@ -107,22 +107,22 @@ def test_port_lists_what_it_leaves_with_line_reason_and_native_spelling(tmp_path
     listed under the summary (file:line, why, what to write natively), with --diff and without."""
     script = tmp_path / "train.py"
     script.write_text("import torch\n\nmodel = torch.nn.Linear(2, 2).cuda()\nmajor, minor = "
-                      "torch.cuda.get_device_capability()\nuse_bf16 = major >= 8\nprint(torch.cuda.utilization())\n")
+                      "torch.cuda.get_device_capability()\nuse_bf16 = major >= 8\nprint(torch.cuda.temperature())\n")
     diff = cli("port", str(script), "--device", "npu", "--diff")
     assert "+model = torch.nn.Linear(2, 2).npu()" in diff.stdout
     listed = [line.strip() for line in diff.stderr.splitlines() if line.startswith("  ")]
     assert len(listed) == 2 and "2 left for a person" in diff.stderr, diff.stderr
-    capability, utilization = listed
+    capability, temperature = listed
     assert capability.startswith(f"{script}:4: torch.cuda.get_device_capability is kept and fails without "
                                  "transfer"), capability
     assert "`(8, 0) if torch.npu.is_bf16_supported() else (7, 0)`" in capability
     assert "torch.npu.get_device_capability() returns None" in capability  # why not the vendor's own
-    assert utilization.startswith(f"{script}:6: torch.cuda.utilization: unsupported on npu") and \
-        "remove it" in utilization
+    assert temperature.startswith(f"{script}:6: torch.cuda.temperature: unsupported on npu") and \
+        "remove it" in temperature
     out = cli("port", str(script), "--device", "gcu", "--out", str(tmp_path / "gcu"))
     with open(tmp_path / "gcu" / "unsupported_api.csv") as fh:
         rows = list(csv.reader(fh))[1:]
-    assert [(r[1], r[3]) for r in rows] == [("4", "torch.cuda.get_device_capability"), ("6", "torch.cuda.utilization")]
+    assert [(r[1], r[3]) for r in rows] == [("4", "torch.cuda.get_device_capability"), ("6", "torch.cuda.temperature")]
     assert "`(8, 0) if torch.gcu.is_bf16_supported() else (7, 0)`" in rows[0][4] and "Enflame's numbering" in rows[0][4]
     assert [line.strip() for line in out.stderr.splitlines() if line.startswith("  ")] == \
         [f"{r[0]}:{r[1]}: " + r[4] if r[4].startswith(r[3]) else f"{r[0]}:{r[1]}: {r[3]}: {r[4]}" for r in rows]

@@ -64,6 +64,12 @@ import pynvml, torch
 pynvml.nvmlInit()
 handle = pynvml.nvmlDeviceGetHandleByIndex(3)
 info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+rates = pynvml.nvmlDeviceGetUtilizationRates(handle)  # wandb-style polling
+try:
+    torch.npu.utilization(4)
+except AssertionError as err:  # torch_npu's own check
+    bad = str(err).splitlines()[0]
+print("utilization", rates.gpu, torch.cuda.utilization("cuda:3"), torch.cuda.utilization(), bad, "|")
 print(pynvml.nvmlDeviceGetCount(), pynvml.nvmlDeviceGetName(handle), info.total == torch.npu.mem_get_info(3)[1])
 """
 
@@ -73,8 +79,11 @@ print(pynvml.nvmlDeviceGetCount(), pynvml.nvmlDeviceGetName(handle), info.total 
 def test_pynvml_answers_for_the_npu_stand_in():
     env = clean_env(TRANSFER_DEVICE="npu", PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
     proc = python("-W", "ignore", "-c", NPU_SCRIPT, env=env, timeout=600)
-    assert proc.stdout.split()[-1] == "True" and proc.stdout.split()[0] == "4", proc.stdout + proc.stderr
-    assert torch_name_of(proc.stdout) == "Ascend910B2 (simulated)"
+    rates, last = proc.stdout.split("|")
+    assert last.split()[-1] == "True" and last.split()[0] == "4", proc.stdout + proc.stderr
+    assert torch_name_of(last) == "Ascend910B2 (simulated)"
+    # torch.npu.utilization answers (the simulated device is idle between calls: 0) and checks its index
+    assert rates.split() == ["utilization", "0", "0", "0", "Invalid", "device", "id"], proc.stdout + proc.stderr
 
 
 def torch_name_of(stdout):

@@ -73,6 +73,19 @@ def reference(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, slopes
     return out, torch.where(torch.isneginf(lse), torch.full_like(lse, math.inf), lse), probs
 
 
+def kernel_probs(probs, d, dropout, causal):
+    """What flash_attn returns with return_attn_probs, from the softmax: the kernel's un-normalized values. Per key
+    block of the kernel (its _get_block_size_n), exp(s - m) with m the row's running maximum score, the kernel
+    walking the blocks from the last: the probability over the largest probability of its block and those after
+    (what flash-attention's tests undo with normalize_flash_attn_S)."""
+    from flash_attn.flash_attn_interface import _get_block_size_n
+
+    blocks = probs.abs().split(_get_block_size_n(probs.device, d, dropout, causal), dim=-1)
+    running = torch.cummax(torch.stack([b.amax(-1) for b in blocks], -1).flip(-1), -1).values.flip(-1)
+    per_key = torch.cat([m.unsqueeze(-1).expand_as(b) for m, b in zip(running.unbind(-1), blocks)], dim=-1)
+    return torch.where(per_key > 0, probs / per_key, torch.zeros_like(probs))
+
+
 def kernel_window(causal, window, sk):
     """flash_api.cpp's normalisation of window_size (mha_fwd lines 'if (window_size_left >= seqlen_k)
     window_size_left = -1; ... if (is_causal) window_size_right = 0;', then set_params_fprop: 'if
@@ -121,7 +134,8 @@ def test_flash_attn_func_forward_backward_lse(fa, c):
     torch.testing.assert_close(out, ref_out, rtol=1e-7, atol=1e-9)
     assert lse.dtype == torch.float32 and lse.shape == (c["b"], c["heads"][0], c["sq"])
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(probs.double(), ref_probs, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(probs.double(), kernel_probs(ref_probs, c["d"], False, c["causal"]), rtol=1e-7,
+                               atol=1e-9)
     # the SDPA path (no probabilities asked): forward and gradients
     w = torch.randn_like(ref_out)
     got = fa.flash_attn_func(q, k, v, softmax_scale=c["scale"], causal=c["causal"], window_size=window,
@@ -163,7 +177,7 @@ def test_varlen_matches_each_sequence(fa, lens, c):
     cu_q = torch.tensor([0] + list(torch.tensor(lq).cumsum(0)), dtype=torch.int32)
     cu_k = torch.tensor([0] + list(torch.tensor(lk).cumsum(0)), dtype=torch.int32)
     window, scale = (c["left"], c["right"]), c["d"] ** -0.5
-    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=c["causal"],
+    out, lse, probs = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=c["causal"],
                                             window_size=window, softcap=c["softcap"], alibi_slopes=slopes,
                                             return_attn_probs=True)
     plain = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=c["causal"], window_size=window,
@@ -173,10 +187,15 @@ def test_varlen_matches_each_sequence(fa, lens, c):
         qs, ks = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
         # flash_attn normalises the window against max_seqlen_k (then per sequence as below)
         w = kernel_window(c["causal"], window, max(lk))
-        o, l_, _ = reference(q[qs][None], k[ks][None], v[ks][None], scale, False, w, c["softcap"], flash=False,
-                             slopes=None if slopes is None else slopes[i:i + 1])
+        o, l_, p_ = reference(q[qs][None], k[ks][None], v[ks][None], scale, False, w, c["softcap"], flash=False,
+                              slopes=None if slopes is None else slopes[i:i + 1])
         refs.append(o[0])
         lses.append(l_[0])
+        # flash_attn's layout of the probabilities: [batch, H, max_seqlen_q, max_seqlen_k], each block top-left
+        padded = torch.zeros(h, max(lq), max(lk), dtype=torch.float64)
+        padded[:, :lq[i], :lk[i]] = p_[0]
+        torch.testing.assert_close(probs[i].double(), kernel_probs(padded, c["d"], False, c["causal"]), rtol=1e-6,
+                                   atol=1e-9)
     ref = torch.cat(refs)
     torch.testing.assert_close(out, ref, rtol=1e-7, atol=1e-9)
     torch.testing.assert_close(plain, ref, rtol=1e-7, atol=1e-9)
@@ -211,7 +230,7 @@ def test_dropout_pattern_and_statistics(fa):
     keep = s >= 0
     ref, ref_lse, probs = reference(q, k, v, 8 ** -0.5, causal=True, keep=keep.double(), p=p)
     torch.testing.assert_close(out, ref, rtol=1e-7, atol=1e-9)
-    torch.testing.assert_close(s.abs(), probs, rtol=1e-7, atol=1e-9)  # dropout pattern encoded by the sign
+    torch.testing.assert_close(s.abs(), kernel_probs(probs, 8, True, True), rtol=1e-7, atol=1e-9)  # sign: dropout
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)  # dropout not in the LSE
     visible = probs > 0
     dropped = (~keep & visible).sum().item() / visible.sum().item()

@@ -142,7 +142,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
                 cuda_api=frozenset(_COMMON + ("can_device_access_peer", "get_device_capability",
                                               "is_current_stream_capturing", "memory_snapshot", "get_allocator_backend",
-                                              "_lazy_init", "_is_in_bad_fork") + _GRAPHS),
+                                              "_lazy_init", "_is_in_bad_fork", "utilization") + _GRAPHS),
                 # torch_npu's NPUGraph family (read in the 2.13.0 wheel's torch_npu/npu/graphs.py)
                 graphs=MappingProxyType({"CUDAGraph": "NPUGraph", "is_current_stream_capturing":
                                          "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),

@@ -365,6 +365,9 @@ _AMP_C = {
     "multi_tensor_sgd": "apex's SGD update (momentum, nesterov, wd before/after momentum, scale); skipped when "
                         "noop_flag is set",
     "multi_tensor_lamb": "apex's LAMB (global-norm clipping, trust ratio); the grads receive the updates",
+    "multi_tensor_lamb_mp": "FusedMixedPrecisionLamb's LAMB: lr/step tensors, grads * inv_scale, float32 masters "
+                            "written to the model copies; nothing written when noop_flag is set",
+    "multi_tensor_novograd": "apex's NovoGrad (per-tensor norms blended in place, moment modes 0/1) in float32",
 }
 _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex", TRANSLATED, "transfer's apex", _APEX, {}),
@@ -382,7 +385,8 @@ _APEX_ROWS: Tuple[_Row, ...] = (
      "min/max_loss_scale; unscale + check in one GradScaler kernel; one host read per backward, as apex", {}),
     ("apex.amp.master_params", TRANSLATED, "the optimizer's parameters", "the float32 masters with O2", {}),
     *((f"apex.amp.{name}", TRANSLATED, "apex's", "as apex; O1 casts follow torch.autocast", {}) for name in _AMP_FNS),
-    ("apex.optimizers", TRANSLATED, "transfer's apex.optimizers", "FusedAdagrad, FusedAdam, FusedLAMB, FusedSGD", {}),
+    ("apex.optimizers", TRANSLATED, "transfer's apex.optimizers", "FusedAdagrad, FusedAdam, FusedLAMB, "
+     "FusedMixedPrecisionLamb, FusedNovoGrad, FusedSGD", {}),
     ("apex.optimizers.FusedAdagrad", TRANSLATED, "torch foreach ops",
      "apex's rule: L2 g += wd*p (adagrad_w_mode: decoupled), h += g*g, p -= lr*g/(sqrt(h)+eps), float32 math", {}),
     ("apex.optimizers.FusedAdam", TRANSLATED, "torch fused AdamW / foreach ops",
@@ -392,11 +396,21 @@ _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex.optimizers.FusedLAMB", TRANSLATED, "torch foreach ops",
      "apex's LAMB: global grad norm clipped to max_grad_norm (the defaults'), trust ratio ||p||/||u|| with "
      "weight_decay or use_nvlamb, grads receive the updates", {}),
+    ("apex.optimizers.FusedMixedPrecisionLamb", TRANSLATED, "torch ops",
+     "apex's LAMB with float32 masters and moments for reduced_precision_dtype parameters, lr/step as device "
+     "tensors, the update stored in the gradient's dtype; step(grad_scaler=) unscales and skips inf/nan steps", {}),
+    ("apex.optimizers.FusedNovoGrad", TRANSLATED, "torch foreach ops",
+     "apex's NovoGrad: per-tensor gradient norms (L2 or inf) blended with beta2, first-step or zero start, "
+     "reg_inside_moment (moment mode 0) or decoupled decay, bias_correction (sqrt on the second), float32 math", {}),
     ("apex.optimizers.FusedSGD", TRANSLATED, "torch foreach ops",
-     "apex's SGD: wd before (or after) momentum, first-run momentum = grad, nesterov; O2 master weights", {}),
+     "apex's SGD: wd before (or after) momentum, first-run momentum = grad, nesterov; O2 master weights; float16 "
+     "weights and momenta are rounded once per step as the kernel does (not after each op as torch.optim.SGD)", {}),
     ("apex.optimizers.fused_adam", TRANSLATED, "transfer's apex.optimizers.fused_adam", "FusedAdam", {}),
     ("apex.optimizers.fused_lamb", TRANSLATED, "transfer's apex.optimizers.fused_lamb", "FusedLAMB", {}),
     ("apex.optimizers.fused_sgd", TRANSLATED, "transfer's apex.optimizers.fused_sgd", "FusedSGD", {}),
+    ("apex.optimizers.fused_novograd", TRANSLATED, "transfer's apex.optimizers.fused_novograd", "FusedNovoGrad", {}),
+    ("apex.optimizers.fused_mixed_precision_lamb", TRANSLATED, "transfer's apex.optimizers.fused_mixed_precision_lamb",
+     "FusedMixedPrecisionLamb", {}),
     ("apex.normalization", TRANSLATED, "transfer's apex.normalization", "the four fused norms", {}),
     ("apex.normalization.FusedLayerNorm", TRANSLATED, "F.layer_norm in float32",
      "apex's kernel semantics: float32 statistics, under autocast input and parameters cast to the autocast "
@@ -430,12 +444,17 @@ _APEX_ROWS: Tuple[_Row, ...] = (
     ("apex.contrib.clip_grad", TRANSLATED, "torch.nn.utils.clip_grad_norm_", "clip_grad_norm_, which apex "
      "documents as identical to torch's", {}),
     ("apex.fp16_utils", TRANSLATED, "torch ops", "network_to_half, FP16Model, prep_param_lists, "
-     "model_grads_to_master_grads, master_params_to_model_params, ...; FP16_Optimizer and its loss scalers "
-     "raise ImportError naming what is provided", {}),
+     "model_grads_to_master_grads, master_params_to_model_params, ..., the legacy LossScaler / DynamicLossScaler",
+     {}),
+    ("apex.fp16_utils.FP16_Optimizer", TRANSLATED, "apex.amp's LossScaler + amp_C",
+     "apex's: float32 masters replace the float16 params in the wrapped optimizer, backward scales and unscales "
+     "into the masters, an overflow (dynamic_loss_scale) skips the step and halves the scale, the model gets "
+     "the masters in float16; state_dict holds the masters", {}),
     ("apex.multi_tensor_apply", TRANSLATED, "transfer's amp_C",
      "multi_tensor_applier(op, noop_flag, lists, *args) calls op(2048 * 32, noop_flag, lists, *args)", {}),
     ("apex.*", UNSUPPORTED, "",
-     "transfer's apex provides amp, optimizers (FusedAdagrad/FusedAdam/FusedLAMB/FusedSGD), normalization, "
+     "transfer's apex provides amp, optimizers (FusedAdagrad/FusedAdam/FusedLAMB/FusedMixedPrecisionLamb/"
+     "FusedNovoGrad/FusedSGD), normalization, "
      "parallel (with LARC), multi_tensor_apply, mlp, fp16_utils and contrib.clip_grad; transformer, the other "
      "contrib packages, fused_dense, ... raise ModuleNotFoundError naming what is provided", {}),
     ("amp_C", TRANSLATED, "transfer's amp_C", "apex's multi-tensor kernels as torch foreach ops "
@@ -493,7 +512,11 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
      "kernel's formula (label_smoothing, logit_scale, z-loss, ignore_index), float32; process_group raises", {}),
     ("flash_attn.modules.mha", TRANSLATED, "transfer's flash_attn functions", "MHA with flash-attention's "
      "parameters (Wqkv / Wq+Wkv, out_proj, rotary_emb): MQA/GQA, rotary, causal, ALiBi, windows, key_padding_mask, "
-     "varlen cu_seqlens, return_residual; inference_params (KV cache) and dwconv raise", {}),
+     "varlen cu_seqlens, return_residual, generation with inference_params (the KV cache filled at seqlen_offset, "
+     "rotary from there, flash_attn_with_kvcache past the prompt; CrossAttention causal from the bottom-right); "
+     "dwconv raises", {}),
+    ("flash_attn.utils.generation", TRANSLATED, "transfer's flash_attn.utils.generation", "InferenceParams; "
+     "flash-attention's decode loops raise ImportError naming what is provided", {}),
     ("flash_attn.ops.fused_dense", TRANSLATED, "F.linear", "FusedDense, fused_dense_func, FusedMLP, fused_mlp_func "
      "(gelu_approx, relu, sqrelu; return_residual); tensor parallelism raises", {}),
     ("flash_attn.*", UNSUPPORTED, "", "transfer's flash_attn provides the interface functions, bert_padding, "
@@ -504,9 +527,13 @@ THIRDPARTY_APIS: Tuple[_Row, ...] = (
     ("xformers.ops.memory_efficient_attention", TRANSLATED, "scaled_dot_product_attention",
      "[B, M, H, K] layout, scale, p (dropout), GQA via 5-D [B, M, G, H, K] inputs; attn_bias: a tensor, "
      "LowerTriangularMask (and FromBottomRight), LowerTriangularMaskWithTensorBias, BlockDiagonalMask "
-     "(causal variants, from_seqlens), LocalAttentionFromBottomRightMask as SDPA masks; op= / attention_op= "
+     "(causal variants, from_seqlens), LocalAttentionFromBottomRightMask, the padded-keys masks of KV-cache "
+     "decoding (BlockDiagonalPaddedKeysMask, BlockDiagonalCausalWithOffsetPaddedKeysMask, "
+     "BlockDiagonalCausalLocalAttentionPaddedKeysMask: each block's keys in use, never the padding; the paged "
+     "and gappy ones raise TypeError) as SDPA masks; op= / attention_op= "
      "accept xformers' operator classes (MemoryEfficientAttention*Op, fmha.cutlass.FwOp, ...), a kernel choice", {}),
-    ("xformers.ops", TRANSLATED, "transfer's xformers.ops", "memory_efficient_attention, the attn_bias classes, "
+    ("xformers.ops", TRANSLATED, "transfer's xformers.ops", "memory_efficient_attention, AttentionBias and "
+     "LowerTriangularMask (the other biases from xformers.ops.fmha.attn_bias, as xformers), "
      "operator classes, SwiGLU/swiglu, scaled_index_add, index_select_cat, unbind", {}),
     ("xformers.ops.SwiGLU", TRANSLATED, "F.linear + F.silu", "linear(silu(x W1 + b1) * (x W2 + b2), W3, b3); w12 "
      "packed (or w1/w2) and w3 as xformers'", {}),

@@ -238,8 +238,8 @@ def varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, *, scale, left, right, s
     out = torch.where(keep.view(-1, 1, 1), out, torch.zeros((), dtype=out.dtype, device=device))
     if lse is not None:
         lse = torch.where(keep.view(1, -1), lse[0], torch.full_like(lse[0], float("inf")))
-    if probs is not None:
-        probs = probs[0]
+    if probs is not None:  # a row seeing nothing has no probabilities (0), as out (0) and lse (inf)
+        probs = torch.where(keep.view(1, -1, 1), probs[0], torch.zeros((), dtype=probs.dtype, device=device))
     return out, lse, probs
 
 

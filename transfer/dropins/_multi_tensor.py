@@ -252,9 +252,10 @@ def sgd(gs, ps, moms, wd: float, momentum: float, dampening: float, lr: float, n
 
 # ---------------------------------------------------------------- multi_tensor_lamb
 
-def lamb(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step: int, bias_correction: int,
+def lamb(gs, ps, ms, vs, lr, beta1: float, beta2: float, eps: float, step, bias_correction: int,
          weight_decay: float, grad_averaging: int, mode: int, global_grad_norm: torch.Tensor,
-         max_grad_norm: float, use_nvlamb: bool = False) -> None:
+         max_grad_norm, use_nvlamb: bool = False, inv_scale: Optional[torch.Tensor] = None,
+         skip: Optional[torch.Tensor] = None, model_out: Optional[List[torch.Tensor]] = None) -> None:
     """apex's multi_tensor_lamb (stage 1 + stage 2), float32 math, no host sync.
 
     Stage 1 turns each gradient into its update u (written into the gradient's
@@ -263,17 +264,34 @@ def lamb(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step
     (+ wd*p in mode 1; g += wd*p before the moments in mode 0). Stage 2: p -= ratio*u
     with ratio = lr*||p||/||u|| (norms before the update; lr when either is 0) where
     weight_decay != 0 or use_nvlamb, else lr.
+
+    apex's multi_tensor_lamb_mp (FusedMixedPrecisionLamb) passes ``lr``, ``step`` and
+    ``max_grad_norm`` as one-element tensors, ``inv_scale`` (gradients are read times it),
+    ``skip`` (its noop flag: where set, nothing is written) and ``model_out`` (the
+    reduced-precision model copies of float32 master parameters, written with them).
     """
+    if isinstance(step, torch.Tensor):
+        step = step.reshape(()).to(_F32)
     bc1 = 1 - beta1 ** step if bias_correction else 1.0
     bc2 = 1 - beta2 ** step if bias_correction else 1.0
     beta3 = 1 - beta1 if grad_averaging else 1.0
     global_norm = global_grad_norm.reshape(()).to(_F32)
+    if isinstance(max_grad_norm, torch.Tensor):
+        max_grad_norm = max_grad_norm.reshape(()).to(_F32)
+    if isinstance(lr, torch.Tensor):
+        lr = lr.reshape(()).to(_F32)
+    keep = None if skip is None else (skip.reshape(()) != 0)
+
+    def put(dst, new):  # the kernel's store, none where the noop flag is set
+        dst.copy_(new if keep is None else torch.where(keep, dst.to(new.dtype), new))
+
     clip = torch.where(global_norm > max_grad_norm, global_norm / max_grad_norm, torch.ones_like(global_norm))
     param_norms = norms(list(ps))
     updates = []
     for g, p, m, v in zip(gs, ps, ms, vs):
         p32, m32, v32 = p.to(_F32), m.to(_F32), v.to(_F32)
-        sg = g.to(_F32) / clip
+        sg = g.to(_F32) if inv_scale is None else g.to(_F32) * inv_scale.reshape(()).to(_F32)
+        sg = sg / clip
         if mode == 0:
             sg = sg + weight_decay * p32
         m32 = m32 * beta1 + beta3 * sg
@@ -281,16 +299,53 @@ def lamb(gs, ps, ms, vs, lr: float, beta1: float, beta2: float, eps: float, step
         u = (m32 / bc1) / (torch.sqrt(v32 / bc2) + eps)
         if mode == 1:
             u = u + weight_decay * p32
-        m.copy_(m32)
-        v.copy_(v32)
-        g.copy_(u)
+        put(m, m32)
+        put(v, v32)
+        put(g, u)
         updates.append(g)
     update_norms = norms(updates)
     adaptive = use_nvlamb or weight_decay != 0.0
     for i, (g, p) in enumerate(zip(updates, ps)):
         if adaptive:
             pn, un = param_norms[i], update_norms[i]
-            ratio = torch.where((pn != 0) & (un != 0), lr * (pn / un), torch.full_like(pn, lr))
+            ratio = torch.where((pn != 0) & (un != 0), lr * (pn / un), lr * torch.ones_like(pn))
         else:
             ratio = lr
-        p.copy_(p.to(_F32) - ratio * g.to(_F32))
+        new_p = p.to(_F32) - ratio * g.to(_F32)
+        put(p, new_p)
+        if model_out is not None:
+            put(model_out[i], new_p)
+
+
+# ---------------------------------------------------------------- multi_tensor_novograd
+
+def novograd(gs, ps, ms, grad_norms: torch.Tensor, lr: float, beta1: float, beta2: float, eps: float, step: int,
+             bias_correction: int, weight_decay: float, grad_averaging: int, moment_mode: int,
+             norm_type: int) -> None:
+    """apex's multi_tensor_novograd, float32 math. First the per-tensor gradient norms blend into
+    ``grad_norms`` in place (multi_tensor_norm_out: L2 n = sqrt(beta2*n^2 + (1-beta2)*||g||^2),
+    L-inf n = beta2*n + (1-beta2)*max|g|). Then per element, with beta3 = 1-beta1 (grad_averaging)
+    or 1, bc1 = 1-beta1^step and bc2 = sqrt(1-beta2^step) (1 without bias_correction) and
+    d = n/bc2 + eps: moment_mode 0 (reg_inside_moment) g = g/d + wd*p, m = beta1*m + beta3*g,
+    p -= lr*m/bc1; moment_mode 1 m = beta1*m + beta3*g, p -= lr*(m/bc1/d + wd*p)."""
+    bc1 = 1 - beta1 ** step if bias_correction else 1.0
+    bc2 = math.sqrt(1 - beta2 ** step) if bias_correction else 1.0
+    beta3 = 1 - beta1 if grad_averaging else 1.0
+    if norm_type == 0:
+        new = torch.stack([g.abs().max().to(_F32) for g in gs])
+        grad_norms.copy_(beta2 * grad_norms + (1 - beta2) * new)
+    else:
+        sums = torch.stack([torch.linalg.vector_norm(g, 2, dtype=_F32) ** 2 for g in gs])
+        grad_norms.copy_(torch.sqrt(beta2 * grad_norms * grad_norms + (1 - beta2) * sums))
+    denoms = grad_norms / bc2 + eps
+    for i, (g, p, m) in enumerate(zip(gs, ps, ms)):
+        g32, p32, m32, d = g.to(_F32), p.to(_F32), m.to(_F32), denoms[i]
+        if moment_mode == 0:
+            g32 = g32 / d + weight_decay * p32
+            m32 = beta1 * m32 + beta3 * g32
+            p32 = p32 - lr * (m32 / bc1)
+        else:
+            m32 = beta1 * m32 + beta3 * g32
+            p32 = p32 - lr * ((m32 / bc1) / d + weight_decay * p32)
+        p.copy_(p32)
+        m.copy_(m32)

@@ -20,7 +20,7 @@ from transfer.dropins import _multi_tensor as _mt
 
 _PROVIDED = ("multi_tensor_scale", "multi_tensor_axpby", "multi_tensor_l2norm", "multi_tensor_l2norm_mp",
              "multi_tensor_unscale_l2norm", "multi_tensor_adam", "multi_tensor_sgd", "multi_tensor_lamb",
-             "update_scale_hysteresis")
+             "multi_tensor_lamb_mp", "multi_tensor_novograd", "update_scale_hysteresis")
 
 
 def multi_tensor_scale(chunk_size: int, noop_flag, tensor_lists, scale: float) -> None:
@@ -88,6 +88,34 @@ def multi_tensor_lamb(chunk_size: int, noop_flag, tensor_lists, lr: float, beta1
     _mt.lamb(g, p, m, v, float(lr), float(beta1), float(beta2), float(epsilon), int(step), int(bias_correction),
              float(weight_decay), int(grad_averaging), int(mode), global_grad_norm, float(max_grad_norm),
              bool(use_nvlamb_python))
+
+
+def multi_tensor_lamb_mp(chunk_size: int, noop_flag, tensor_lists, lr, beta1: float, beta2: float, epsilon: float,
+                         step, bias_correction: int, weight_decay: float, grad_averaging: int, mode: int,
+                         global_grad_norm, max_grad_norm, use_nvlamb_python: Optional[bool], found_inf, inv_scale):
+    """tensor_lists = [grads, params, exp_avgs, exp_avg_sqs(, reduced-precision model params)]: one LAMB step
+    of FusedMixedPrecisionLamb (lr, step, max_grad_norm: one-element tensors; grads read times inv_scale;
+    nothing written where noop_flag is set, as the kernel returns early; with five lists the float32
+    params are masters and the fifth list receives their new values)."""
+    if len(tensor_lists) not in (4, 5):
+        raise RuntimeError("multi_tensor_lamb_mp: tensor_lists.size() != depth (expected 4 or 5 lists, "
+                           f"got {len(tensor_lists)})")
+    g, p, m, v = (list(t) for t in tensor_lists[:4])
+    _mt.lamb(g, p, m, v, lr, float(beta1), float(beta2), float(epsilon), step, int(bias_correction),
+             float(weight_decay), int(grad_averaging), int(mode), global_grad_norm, max_grad_norm,
+             bool(use_nvlamb_python), inv_scale=inv_scale, skip=noop_flag,
+             model_out=list(tensor_lists[4]) if len(tensor_lists) == 5 else None)
+
+
+def multi_tensor_novograd(chunk_size: int, noop_flag, tensor_lists, grad_norms, lr: float, beta1: float,
+                          beta2: float, epsilon: float, step: int, bias_correction: int, weight_decay: float,
+                          grad_averaging: int, moment_mode: int, norm_type: int) -> None:
+    """tensor_lists = [grads, params, exp_avgs]: one NovoGrad step; grad_norms (float32, one per tensor)
+    blends in the new per-tensor gradient norms in place first."""
+    _mt.check_lists(tensor_lists, 3, "multi_tensor_novograd")
+    g, p, m = (list(t) for t in tensor_lists)
+    _mt.novograd(g, p, m, grad_norms, float(lr), float(beta1), float(beta2), float(epsilon), int(step),
+                 int(bias_correction), float(weight_decay), int(grad_averaging), int(moment_mode), int(norm_type))
 
 
 def update_scale_hysteresis(current_scale, growth_tracker, hysteresis_tracker, found_inf, growth_factor: float,

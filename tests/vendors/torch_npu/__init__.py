@@ -9,12 +9,12 @@ names deliberately left out (absent here too, so fallbacks get exercised):
 mstx, the typed
 *Storage classes (the *Tensor classes are here), set_option/set_dump/set_aoe and the other
 Ascend tuning switches, MemPool/use_mem_pool, NPUPluggableAllocator,
-caching_allocator_alloc/delete, ipc_collect, utilization, stress_detect,
+caching_allocator_alloc/delete, ipc_collect, stress_detect,
 ExternalEvent/ExternalStream, SyncLaunchStream, set_sync_debug_mode.
 ``get_device_capability`` behaves like torch_npu 2.13: None (with a
 warning) unless TORCH_NPU_DEVICE_CAPABILITY="major.minor" is set.
 
-The names frameworks import beyond that (set_compile_mode, npu.utils,
+The names frameworks import beyond that (set_compile_mode, utilization, npu.utils,
 npu_fusion_attention, optim) come from ``_ascend.py``; the graph API
 (NPUGraph, graph, graph_pool_handle, make_graphed_callables,
 is_current_stream_capturing) from ``_graphs.py``.

@@ -48,7 +48,19 @@ def extend(npu: types.ModuleType, package: types.ModuleType) -> None:
         npu._lazy_init()
         return not state["jit_compile"]
 
-    for fn in (set_compile_mode, is_jit_compile_false):
+    def utilization(device=None):
+        """torch_npu 2.13.0's (torch_npu/npu/__init__.py): the index as its _get_device_index reads it
+        (optional: None is the current device; another device type raises ValueError), AssertionError
+        "Invalid device id" outside [0, device_count()), then the device's utilization in percent
+        (an int, from ACL). The simulated device runs each op on the host when it is called, so it is
+        idle whenever Python asks: 0."""
+        device_id = npu._get_device_index(device, optional=True)
+        if device_id < 0 or device_id >= npu.device_count():
+            raise AssertionError("Invalid device id" + _pta_error_value())
+        npu._lazy_init()
+        return 0
+
+    for fn in (set_compile_mode, is_jit_compile_false, utilization):
         fn.__module__ = npu.__name__
         setattr(npu, fn.__name__, fn)
         npu.__all__.append(fn.__name__)
@@ -71,6 +83,18 @@ def extend(npu: types.ModuleType, package: types.ModuleType) -> None:
 
 
 _kept = {}  # libraries of kernels registered here, alive for the process
+
+
+def _pta_error_value() -> str:
+    """torch_npu's pta_error(ErrCode.VALUE) suffix (torch_npu/utils/_error_code.py; empty when
+    TORCH_NPU_COMPACT_ERROR_OUTPUT=1)."""
+    import os
+    import time
+
+    if int(os.getenv("TORCH_NPU_COMPACT_ERROR_OUTPUT", "0")):
+        return ""
+    return "\n[ERROR] {} (PID:{}, Device:-1, RankID:-1) ERR00003 PTA invalid value".format(
+        time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime()), os.getpid())
 
 
 def get_soc_version() -> int:

@@ -5,9 +5,10 @@ each deliberate:
 
 * float32 and float64 inputs are accepted (the CUDA kernels take fp16/bf16 only);
 * ``deterministic`` is accepted; the backward is autograd's (deterministic where torch's is);
-* ``return_attn_probs``' third value is the softmax itself, [B, H, sq, sk] (flash_attn pads
-  it to multiples of 128 and warns it may be mis-scaled), negative where dropout dropped;
-  for varlen it is [H, total_q, total_k], block-diagonal;
+* ``return_attn_probs``' third value holds the kernel's un-normalized probabilities (per key block, divided by
+  the running maximum, see ``_kernel_probs``), negative where dropout dropped, [B, H, sq, sk] (flash_attn pads
+  it to multiples of 128); for varlen [batch, H, max_seqlen_q, max_seqlen_k], each sequence's block at its
+  top-left, as flash_attn;
 * varlen runs one SDPA call over a block-diagonal mask built on the device (no host sync)
   up to ``_attention.VARLEN_MASK_LIMIT`` mask entries, then one call per sequence;
 * ``flash_attn_with_kvcache`` (inference) loops over the batch on the host; paged KV
@@ -31,9 +32,32 @@ USE_TRITON_ROCM = os.getenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "FALSE") == "TR
 def _get_block_size_n(device, head_dim, is_dropout, is_causal):
     """The CUDA kernel's key block size for (device capability, head_dim): upstream's table, which its tests
     use to decode the dropout mask returned with the attention probabilities."""
-    assert head_dim <= 256
     major, minor = torch.cuda.get_device_capability(device)
-    is_sm8x = major == 8 and minor > 0  # sm86 and sm89, not sm80 (A100)
+    return _block_n(head_dim, is_dropout, is_causal, is_sm8x=major == 8 and minor > 0)  # sm86/sm89, not sm80
+
+
+def _kernel_probs(probs, head_dim, is_dropout, causal):
+    """``return_attn_probs``' values as the kernel leaves them: not normalized. The kernel walks the key blocks
+    (``_get_block_size_n``'s size, an sm80's) from the last to the first, so in block j a value is
+    exp(s - m_j), m_j the row's largest score in blocks j and after: the probability divided by the largest
+    probability of those blocks. The sign keeps the dropout pattern; a row seeing nothing stays 0. flash-
+    attention's tests undo this with their ``normalize_flash_attn_S``."""
+    if probs is None or head_dim > 256:
+        return probs
+    size = _block_n(head_dim, is_dropout, causal)
+    wide = torch.float64 if probs.dtype == torch.float64 else torch.float32
+    work = probs.abs().to(wide)
+    widths = [min(size, work.shape[-1] - start) for start in range(0, work.shape[-1], size)]
+    maxes = torch.stack([b.amax(dim=-1) for b in work.split(size, dim=-1)], dim=-1)
+    running = torch.cummax(maxes.flip(-1), dim=-1).values.flip(-1)
+    per_key = torch.repeat_interleave(running, torch.tensor(widths, device=running.device), dim=-1)
+    scaled = torch.where(per_key > 0, probs.to(wide) / per_key.clamp_min(torch.finfo(wide).tiny), 0.0)
+    return scaled.to(probs.dtype)
+
+
+def _block_n(head_dim, is_dropout, causal, is_sm8x=False):
+    """The kernel's key block size; by default an sm80's (the capability transfer answers where bf16 is computed)."""
+    assert head_dim <= 256
     if head_dim <= 32:
         return 128
     if head_dim <= 64:
@@ -42,7 +66,7 @@ def _get_block_size_n(device, head_dim, is_dropout, is_causal):
         return 64
     if head_dim <= 128:
         if is_sm8x:
-            return 64 if (not is_dropout and is_causal) else 32
+            return 64 if (not is_dropout and causal) else 32
         return 64 if not is_dropout else 32
     if head_dim <= 160:
         return 64 if is_sm8x else 32
@@ -78,6 +102,8 @@ def _dense(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alib
         right=right, softcap=float(softcap or 0.0), alibi_slopes=alibi_slopes, dropout_p=float(dropout_p),
         want_lse=return_attn_probs, want_probs=return_attn_probs)
     out = out.transpose(1, 2)
+    if return_attn_probs:
+        probs = _kernel_probs(probs, q.shape[-1], dropout_p > 0, causal)
     return (out, lse, probs) if return_attn_probs else out
 
 
@@ -118,7 +144,24 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dro
         q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale=_scale(q, softmax_scale),
         left=left, right=right, softcap=float(softcap or 0.0), alibi_slopes=alibi_slopes, dropout_p=float(dropout_p),
         want_lse=return_attn_probs, want_probs=return_attn_probs)
+    if return_attn_probs:
+        probs = _kernel_probs(_per_sequence(probs, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)),
+                              q.shape[-1], dropout_p > 0, causal)
     return (out, lse, probs) if return_attn_probs else out
+
+
+def _per_sequence(probs, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The varlen probabilities in flash_attn's layout, [batch, H, max_seqlen_q, max_seqlen_k]: sequence b's block
+    at the top-left of [b], zeros elsewhere (flash_attn also rounds the last two sizes up to 128). Reads the lengths
+    on the host: a debugging output."""
+    if probs is None or probs.dim() == 4:
+        return probs
+    starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    out = probs.new_zeros(len(starts_q) - 1, probs.shape[0], max_seqlen_q, max_seqlen_k)
+    for b in range(len(starts_q) - 1):
+        nq, nk = starts_q[b + 1] - starts_q[b], starts_k[b + 1] - starts_k[b]
+        out[b, :, :nq, :nk] = probs[:, starts_q[b]:starts_q[b + 1], starts_k[b]:starts_k[b + 1]]
+    return out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,

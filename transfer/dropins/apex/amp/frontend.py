@@ -70,60 +70,40 @@ class Properties(object):
             self.options[name] = value
 
 
-class O3:
+class _OptLevel:
+    """An opt level sets these properties, in this order, after enabled and opt_level (apex's O0-O3)."""
+
+    def __call__(self, properties):
+        properties.enabled = True
+        properties.opt_level = type(self).__name__
+        for name in ("cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
+                     "loss_scale"):
+            setattr(properties, name, getattr(self, name))
+        return properties
+
+
+class O3(_OptLevel):
     brief = "O3:  Pure FP16 training."
-
-    def __call__(self, properties):
-        properties.enabled = True
-        properties.opt_level = "O3"
-        properties.cast_model_type = torch.float16
-        properties.patch_torch_functions = False
-        properties.keep_batchnorm_fp32 = False
-        properties.master_weights = False
-        properties.loss_scale = 1.0
-        return properties
+    cast_model_type, patch_torch_functions, keep_batchnorm_fp32 = torch.float16, False, False
+    master_weights, loss_scale = False, 1.0
 
 
-class O2:
+class O2(_OptLevel):
     brief = "O2:  FP16 training with FP32 batchnorm and FP32 master weights.\n"
-
-    def __call__(self, properties):
-        properties.enabled = True
-        properties.opt_level = "O2"
-        properties.cast_model_type = torch.float16
-        properties.patch_torch_functions = False
-        properties.keep_batchnorm_fp32 = True
-        properties.master_weights = True
-        properties.loss_scale = "dynamic"
-        return properties
+    cast_model_type, patch_torch_functions, keep_batchnorm_fp32 = torch.float16, False, True
+    master_weights, loss_scale = True, "dynamic"
 
 
-class O1:
+class O1(_OptLevel):
     brief = "O1:  Insert automatic casts around Pytorch functions and Tensor methods.\n"
-
-    def __call__(self, properties):
-        properties.enabled = True
-        properties.opt_level = "O1"
-        properties.cast_model_type = None
-        properties.patch_torch_functions = True
-        properties.keep_batchnorm_fp32 = None
-        properties.master_weights = None
-        properties.loss_scale = "dynamic"
-        return properties
+    cast_model_type, patch_torch_functions, keep_batchnorm_fp32 = None, True, None
+    master_weights, loss_scale = None, "dynamic"
 
 
-class O0:
+class O0(_OptLevel):
     brief = "O0:  Pure FP32 training.\n"
-
-    def __call__(self, properties):
-        properties.enabled = True
-        properties.opt_level = "O0"
-        properties.cast_model_type = torch.float32
-        properties.patch_torch_functions = False
-        properties.keep_batchnorm_fp32 = None
-        properties.master_weights = False
-        properties.loss_scale = 1.0
-        return properties
+    cast_model_type, patch_torch_functions, keep_batchnorm_fp32 = torch.float32, False, None
+    master_weights, loss_scale = False, 1.0
 
 
 opt_levels = {"O3": O3(), "O2": O2(), "O1": O1(), "O0": O0()}

@@ -6,21 +6,15 @@ Per element, in float32 math: L2 mode (default) ``g += wd * p; h += g * g; p -= 
 
 import torch
 
+from ._apex_zero_grad import SetGradNone
 
-class FusedAdagrad(torch.optim.Optimizer):
+
+class FusedAdagrad(SetGradNone, torch.optim.Optimizer):
     def __init__(self, params, lr=1e-2, eps=1e-10, weight_decay=0.0, set_grad_none=True, adagrad_w_mode=False):
         defaults = dict(lr=lr, eps=eps, weight_decay=weight_decay)
         super(FusedAdagrad, self).__init__(params, defaults)
         self.adagrad_w_mode = 1 if adagrad_w_mode else 0
         self.set_grad_none = set_grad_none
-
-    def zero_grad(self, set_to_none=None):
-        if self.set_grad_none:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    p.grad = None
-        else:
-            super(FusedAdagrad, self).zero_grad()
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -21,10 +21,12 @@ import torch
 
 from transfer.dropins import _multi_tensor as _mt
 
+from ._apex_zero_grad import SetGradNone
+
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
 
 
-class FusedAdam(torch.optim.Optimizer):
+class FusedAdam(SetGradNone, torch.optim.Optimizer):
     """Adam / AdamW with apex's hyper-parameters and update rule."""
 
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, adam_w_mode=True,
@@ -52,18 +54,6 @@ class FusedAdam(torch.optim.Optimizer):
             self._step_supports_amp_scaling = True
         first = next((p for g in self.param_groups for p in g["params"]), None)
         self._fused = first is not None and not capturable and _mt.fused_adam_available(first, bool(self.adam_w_mode))
-
-    def zero_grad(self, set_to_none=None):
-        """apex's rule: the grads become None with set_grad_none (the default), else torch's zero_grad();
-        an explicit set_to_none (which apex's signature lacks) is honoured."""
-        if set_to_none is not None:
-            super(FusedAdam, self).zero_grad(set_to_none=set_to_none)
-        elif self.set_grad_none:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    p.grad = None
-        else:
-            super(FusedAdam, self).zero_grad()
 
     @torch.no_grad()
     def step(self, closure=None, grads=None, output_params=None, scale=None, grad_norms=None, grad_scaler=None):

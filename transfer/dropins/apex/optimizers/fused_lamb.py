@@ -16,8 +16,10 @@ import torch
 
 from transfer.dropins import _multi_tensor as _mt
 
+from ._apex_zero_grad import SetGradNone
 
-class FusedLAMB(torch.optim.Optimizer):
+
+class FusedLAMB(SetGradNone, torch.optim.Optimizer):
     """LAMB with apex's hyper-parameters and update rule."""
 
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
@@ -31,17 +33,6 @@ class FusedLAMB(torch.optim.Optimizer):
         self.adam_w_mode = 1 if adam_w_mode else 0
         self.set_grad_none = set_grad_none
         self.use_nvlamb = use_nvlamb
-
-    def zero_grad(self, set_to_none=None):
-        """apex's rule (set_grad_none); an explicit set_to_none is honoured."""
-        if set_to_none is not None:
-            super(FusedLAMB, self).zero_grad(set_to_none=set_to_none)
-        elif self.set_grad_none:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    p.grad = None
-        else:
-            super(FusedLAMB, self).zero_grad()
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -14,8 +14,10 @@ from torch.optim.optimizer import Optimizer, required
 
 from transfer.dropins import _multi_tensor as _mt
 
+from ._apex_zero_grad import SetGradNone
 
-class FusedSGD(Optimizer):
+
+class FusedSGD(SetGradNone, Optimizer):
     """SGD (optionally with momentum) with apex's update rule."""
 
     def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0, nesterov=False,
@@ -40,17 +42,6 @@ class FusedSGD(Optimizer):
         super(FusedSGD, self).__setstate__(state)
         for group in self.param_groups:
             group.setdefault("nesterov", False)
-
-    def zero_grad(self, set_to_none=None):
-        """apex's rule (set_grad_none, default False: torch's zero_grad()); an explicit set_to_none is honoured."""
-        if set_to_none is not None:
-            super(FusedSGD, self).zero_grad(set_to_none=set_to_none)
-        elif self.set_grad_none:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    p.grad = None
-        else:
-            super(FusedSGD, self).zero_grad()
 
     def get_momentums(self, params):
         momentums = []

@@ -4,8 +4,13 @@
 ``out_proj``; ``rotary_emb``), so its state dicts load unchanged, and computes what flash-attention's
 does: the projections, rotary embedding on q and k, attention (causal aligned as flash_attn's, MQA/GQA,
 ALiBi, sliding windows, dropout while training), ``key_padding_mask`` (True keeps a key) or varlen
-``cu_seqlens``/``max_seqlen``, ``return_residual``. Not provided (NotImplementedError naming them): generation
-with ``inference_params`` (the KV cache), ``dwconv``, ``ParallelMHA`` (tensor parallelism).
+``cu_seqlens``/``max_seqlen``, ``return_residual``, and generation with ``inference_params``
+(flash_attn.utils.generation.InferenceParams) as flash-attention does it: the new keys and values written
+into ``key_value_memory_dict[layer_idx]`` at ``seqlen_offset`` (per sequence: ``lengths_per_sample``), rotary
+positions counted from there, the queries attending to the cache (bottom-right causal); past the prompt
+through ``flash_attn_with_kvcache`` (rotary applied there when its dimension is a multiple of 16, as
+flash-attention's fast path). Not provided (NotImplementedError naming them): ``dwconv``, ``ParallelMHA``
+(tensor parallelism).
 """
 
 import math
@@ -15,7 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from flash_attn.flash_attn_interface import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
-                                             flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
+                                             flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
+                                             flash_attn_with_kvcache)
 from flash_attn.layers.rotary import RotaryEmbedding, apply_rotary_emb
 from flash_attn.ops.fused_dense import FusedDense
 
@@ -82,8 +88,10 @@ class FlashCrossAttention(nn.Module):
                                         alibi_slopes=self.alibi_slopes, window_size=self.window_size)
 
 
-def _padded_attention(q, k, v, key_padding_mask, causal, softmax_scale, dropout_p):
-    """flash-attention's SelfAttention/CrossAttention: padded keys masked out, causal from the top-left."""
+def _padded_attention(q, k, v, key_padding_mask, causal, softmax_scale, dropout_p, bottom_right=False):
+    """flash-attention's SelfAttention/CrossAttention: padded keys masked out (-10000), causal from the top-left
+    (SelfAttention: as many queries as keys) or, for CrossAttention, from the bottom-right: query i sees key j
+    when j <= i + sk - sq, sk counting each sequence's kept keys (decoding over a KV cache)."""
     scale = softmax_scale or 1.0 / math.sqrt(q.shape[-1])
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (b, h, s, d)
     if k.shape[1] != q.shape[1]:
@@ -94,7 +102,12 @@ def _padded_attention(q, k, v, key_padding_mask, causal, softmax_scale, dropout_
         scores = scores.masked_fill(~key_padding_mask[:, None, None, :], -10000.0)
     if causal:
         sq, sk = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(1), -10000.0)
+        if bottom_right:
+            kept = sk if key_padding_mask is None else key_padding_mask.sum(-1).view(-1, 1, 1, 1)
+            rows = torch.arange(sq, device=q.device).view(-1, 1)
+            scores = scores.masked_fill(torch.arange(sk, device=q.device) > rows + kept - sq, -10000.0)
+        else:
+            scores = scores.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(1), -10000.0)
     attention = F.dropout(torch.softmax(scores, dim=-1, dtype=v.dtype), dropout_p)
     return torch.matmul(attention, v).transpose(1, 2)
 
@@ -124,12 +137,30 @@ class CrossAttention(nn.Module):
         causal = self.causal if causal is None else causal
         k, v = kv.unbind(dim=2)
         return _padded_attention(q, k, v, key_padding_mask, causal, self.softmax_scale,
-                                 self.drop.p if self.training else 0.0)
+                                 self.drop.p if self.training else 0.0, bottom_right=True)
 
 
 class LinearResidual(nn.Linear):
     def forward(self, input):
         return super().forward(input), input
+
+
+def _update_kv_cache(kv, inference_params, layer_idx):
+    """kv (batch, seqlen, 2, nheads_kv, head_dim) written into the layer's cache (made on first use:
+    [max_batch_size, max_seqlen, 2, nheads_kv, head_dim]) at batch_size_offset / seqlen_offset; returns the
+    cache of those sequences up to the new end."""
+    num_heads, head_dim = kv.shape[-2:]
+    if layer_idx not in inference_params.key_value_memory_dict:
+        inference_params.key_value_memory_dict[layer_idx] = torch.empty(
+            inference_params.max_batch_size, inference_params.max_seqlen, 2, num_heads, head_dim, dtype=kv.dtype,
+            device=kv.device)
+    kv_cache = inference_params.key_value_memory_dict[layer_idx]
+    batch_start, sequence_start = inference_params.batch_size_offset, inference_params.seqlen_offset
+    batch_end, sequence_end = batch_start + kv.shape[0], sequence_start + kv.shape[1]
+    assert batch_end <= kv_cache.shape[0]
+    assert sequence_end <= kv_cache.shape[1]
+    kv_cache[batch_start:batch_end, sequence_start:sequence_end, ...] = kv
+    return kv_cache[batch_start:batch_end, :sequence_end, ...]
 
 
 class MHA(nn.Module):
@@ -202,11 +233,45 @@ class MHA(nn.Module):
         k = apply_rotary_emb(kv[:, :, 0], cos_k, sin_k, interleaved=rotary.interleaved)
         return q, torch.stack((k, kv[:, :, 1]), dim=2)
 
+    def _update_kv_cache(self, kv, inference_params):
+        assert self.layer_idx is not None, "Generation requires layer_idx in the constructor"
+        return _update_kv_cache(kv, inference_params, self.layer_idx)
+
+    def _kvcache_attention(self, q, kv, inference_params, rotary=False):
+        """Past the prompt: the cache holds seqlen_offset (or lengths_per_sample) tokens; flash_attn_with_kvcache
+        appends kv there and attends (with rotary=True it also rotates q and the new keys at those positions)."""
+        cos = sin = None
+        if rotary:
+            assert self.rotary_emb.scale is None, "This code path does not support xPos"
+            self.rotary_emb._update_cos_sin_cache(inference_params.max_seqlen, device=q.device, dtype=q.dtype)
+            cos, sin = self.rotary_emb._cos_cached, self.rotary_emb._sin_cached
+        kv_cache = inference_params.key_value_memory_dict[self.layer_idx][: q.shape[0]]
+        cache_seqlens = (inference_params.lengths_per_sample[: q.shape[0]]
+                         if inference_params.lengths_per_sample is not None else inference_params.seqlen_offset)
+        return flash_attn_with_kvcache(q, kv_cache[:, :, 0], kv_cache[:, :, 1], kv[:, :, 0], kv[:, :, 1],
+                                       rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens,
+                                       softmax_scale=self.inner_cross_attn.softmax_scale,
+                                       causal=self.inner_cross_attn.causal,
+                                       rotary_interleaved=self.rotary_emb.interleaved if rotary else False,
+                                       alibi_slopes=getattr(self.inner_cross_attn, "alibi_slopes", None))
+
+    def _generate(self, q, kv, inference_params):
+        """flash-attention's generation paths for q (batch, seqlen, h, d) and kv (batch, seqlen, 2, h_kv, d)."""
+        fast_rotary = self.rotary_emb_dim > 0 and self.rotary_emb_dim % 16 == 0
+        if inference_params.seqlen_offset > 0 and self.use_flash_attn and fast_rotary:
+            return self._kvcache_attention(q, kv, inference_params, rotary=True)
+        if self.rotary_emb_dim > 0:
+            offset = (inference_params.lengths_per_sample if inference_params.lengths_per_sample is not None
+                      else inference_params.seqlen_offset)
+            q, kv = self.rotary_emb(q, kv, seqlen_offset=offset, max_seqlen=inference_params.max_seqlen)
+        if inference_params.seqlen_offset == 0 or not self.use_flash_attn:
+            return self.inner_cross_attn(q, self._update_kv_cache(kv, inference_params))
+        return self._kvcache_attention(q, kv, inference_params)
+
     def forward(self, x, x_kv=None, key_padding_mask=None, cu_seqlens=None, max_seqlen=None, mixer_subset=None,
                 inference_params=None, **kwargs):
         if inference_params is not None:
-            raise NotImplementedError("flash_attn MHA with inference_params (generation with a KV cache) is not "
-                                      "provided by transfer; flash_attn.flash_attn_with_kvcache is")
+            assert key_padding_mask is None and cu_seqlens is None and max_seqlen is None
         if cu_seqlens is not None:
             assert max_seqlen is not None and key_padding_mask is None and self.use_flash_attn
         if key_padding_mask is not None:
@@ -221,9 +286,12 @@ class MHA(nn.Module):
             if self.return_residual:
                 qkv, x = qkv
             qkv = qkv.unflatten(-1, (3, self.num_heads, self.head_dim))
-            if self.rotary_emb_dim > 0:
-                qkv = self.rotary_emb(qkv, seqlen_offset=0, max_seqlen=rotary_max)
-            context = attend(self.inner_attn, qkv)
+            if inference_params is not None:
+                context = self._generate(qkv[:, :, 0].contiguous(), qkv[:, :, 1:].contiguous(), inference_params)
+            else:
+                if self.rotary_emb_dim > 0:
+                    qkv = self.rotary_emb(qkv, seqlen_offset=0, max_seqlen=rotary_max)
+                context = attend(self.inner_attn, qkv)
         else:
             if self.cross_attn:
                 q = self.Wq(x if mixer_subset is None else x[:, mixer_subset])
@@ -237,12 +305,15 @@ class MHA(nn.Module):
                 q, kv = qkv[..., : self.num_heads * self.head_dim], qkv[..., self.num_heads * self.head_dim:]
             q = q.unflatten(-1, (self.num_heads, self.head_dim))
             kv = kv.unflatten(-1, (2, self.num_heads_kv, self.head_dim))
-            if self.rotary_emb_dim > 0:  # q and kv share Wqkv's output: rotated out of place, same values
-                q, kv = self._rotary_q_kv(q, kv, rotary_max)
-            if self.use_flash_attn and cu_seqlens is not None:
-                context = attend(lambda q, kv, **kw: self.inner_cross_attn(q, kv, cu_seqlens_k=cu_seqlens,
-                                                                           max_seqlen_k=max_seqlen, **kw), q, kv)
+            if inference_params is not None:
+                context = self._generate(q.contiguous(), kv.contiguous(), inference_params)
             else:
-                context = attend(self.inner_cross_attn, q, kv)
+                if self.rotary_emb_dim > 0:  # q and kv share Wqkv's output: rotated out of place, same values
+                    q, kv = self._rotary_q_kv(q, kv, rotary_max)
+                if self.use_flash_attn and cu_seqlens is not None:
+                    context = attend(lambda q, kv, **kw: self.inner_cross_attn(q, kv, cu_seqlens_k=cu_seqlens,
+                                                                               max_seqlen_k=max_seqlen, **kw), q, kv)
+                else:
+                    context = attend(self.inner_cross_attn, q, kv)
         out = self.out_proj(context.flatten(-2))
         return out if not self.return_residual else (out, x)

@@ -4,20 +4,11 @@ SwiGLU / swiglu, scaled_index_add and index_select_cat (what each computes: the 
 from transfer.dropins._missing import missing
 import torch
 
-from xformers.ops.fmha import (  # noqa: F401
+from xformers.ops.fmha import (  # noqa: F401 (as xformers.ops: the other biases live in xformers.ops.fmha.attn_bias)
     AttentionBias,
-    BlockDiagonalCausalFromBottomRightMask,
-    BlockDiagonalCausalLocalAttentionFromBottomRightMask,
-    BlockDiagonalCausalLocalAttentionMask,
-    BlockDiagonalCausalMask,
-    BlockDiagonalMask,
-    LowerTriangularFromBottomRightLocalAttentionMask,
-    LowerTriangularFromBottomRightMask,
-    LowerTriangularMask,
-    LowerTriangularMaskWithTensorBias,
-    LocalAttentionFromBottomRightMask,
     AttentionOp,
     AttentionOpBase,
+    LowerTriangularMask,
     MemoryEfficientAttentionCkOp,
     MemoryEfficientAttentionCutlassFwdFlashBwOp,
     MemoryEfficientAttentionCutlassOp,

@@ -13,18 +13,9 @@ import torch
 
 from transfer.dropins import _attention as _impl
 from xformers.ops.fmha import attn_bias  # noqa: F401
-from xformers.ops.fmha.attn_bias import (  # noqa: F401
-    AttentionBias,
-    BlockDiagonalCausalFromBottomRightMask,
-    BlockDiagonalCausalLocalAttentionFromBottomRightMask,
-    BlockDiagonalCausalLocalAttentionMask,
-    BlockDiagonalCausalMask,
-    BlockDiagonalMask,
-    LowerTriangularFromBottomRightLocalAttentionMask,
-    LowerTriangularFromBottomRightMask,
-    LowerTriangularMask,
-    LowerTriangularMaskWithTensorBias,
-    LocalAttentionFromBottomRightMask,
+from xformers.ops.fmha import attn_bias as _biases
+from xformers.ops.fmha.attn_bias import (  # noqa: F401 (the biases xformers' fmha re-exports, and no others)
+    VARLEN_BIASES, AttentionBias, BlockDiagonalMask, LowerTriangularMask,
 )
 from xformers.ops.fmha import ck, ck_decoder, ck_splitk, common, cutlass, flash, triton_splitk  # noqa: F401,E402
 from xformers.ops.fmha.common import AttentionBwOpBase, AttentionFwOpBase, AttentionOp, AttentionOpBase  # noqa
@@ -58,7 +49,7 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0
     if attn_bias is None or isinstance(attn_bias, torch.Tensor):
         extra = attn_bias
         out = _impl.attention(q, k, v, scale=scale, left=-1, right=-1, dropout_p=p, top_left=True, bias=extra)[0]
-    elif isinstance(attn_bias, BlockDiagonalMask):
+    elif isinstance(attn_bias, _biases.BlockDiagonalMask):
         if query.shape[0] != 1:
             raise ValueError(f"BlockDiagonalMask expects packed inputs of batch size 1, got {tuple(query.shape)}")
         left, right = _window(attn_bias) if attn_bias._causal else (-1, -1)
@@ -67,12 +58,14 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0
         out = _impl.varlen_attention(query[0], key[0], value[0], cu_q, cu_k, attn_bias.q_seqinfo.max_seqlen,
                                      attn_bias.k_seqinfo.max_seqlen, scale=scale, left=left, right=right,
                                      dropout_p=p, top_left=attn_bias._top_left)[0].unsqueeze(0).transpose(1, 2)
-    elif isinstance(attn_bias, LocalAttentionFromBottomRightMask):
+    elif isinstance(attn_bias, _biases.BlockDiagonalPaddedKeysMask):
+        out = _padded_keys(query, key, value, attn_bias, scale, p).transpose(1, 2)
+    elif isinstance(attn_bias, _biases.LocalAttentionFromBottomRightMask):
         out = _impl.attention(q, k, v, scale=scale, left=attn_bias.window_left, right=attn_bias.window_right,
                               dropout_p=p, top_left=False)[0]
-    elif isinstance(attn_bias, (LowerTriangularMask, LowerTriangularFromBottomRightMask)):
+    elif isinstance(attn_bias, (_biases.LowerTriangularMask, _biases.LowerTriangularFromBottomRightMask)):
         left, right = _window(attn_bias)
-        extra = attn_bias._bias if isinstance(attn_bias, LowerTriangularMaskWithTensorBias) else None
+        extra = attn_bias._bias if isinstance(attn_bias, _biases.LowerTriangularMaskWithTensorBias) else None
         out = _impl.attention(q, k, v, scale=scale, left=left, right=right, dropout_p=p,
                               top_left=attn_bias._top_left, bias=extra)[0]
     else:
@@ -84,6 +77,25 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0
     if squeeze:
         out = out.squeeze(2)
     return out if output_dtype is None else out.to(output_dtype)
+
+
+def _padded_keys(query, key, value, attn_bias, scale, p):
+    """The padded-keys masks: each block's keys in use gathered (the padding never read), then the packed
+    varlen attention, causal blocks from their bottom-right corner; [1, Mq, H, K] out."""
+    if query.shape[0] != 1 or key.shape[0] != 1:
+        raise ValueError(f"{type(attn_bias).__name__} expects packed inputs of batch size 1, got query "
+                         f"{tuple(query.shape)} and key {tuple(key.shape)}")
+    if key.shape[1] != attn_bias.k_seqinfo.seqstart_py[-1] or query.shape[1] != attn_bias.q_seqinfo.seqstart_py[-1]:
+        raise ValueError(f"{type(attn_bias).__name__}: query {tuple(query.shape)} / key {tuple(key.shape)} do not "
+                         f"match the bias (queries {attn_bias.q_seqinfo.seqstart_py[-1]}, keys with padding "
+                         f"{attn_bias.k_seqinfo.seqstart_py[-1]})")
+    used = torch.cat([torch.arange(s, e, device=key.device) for s, e in attn_bias.k_seqinfo.intervals()])
+    lens = attn_bias.k_seqinfo.seqlen_py
+    cu_k = torch.tensor([sum(lens[:i]) for i in range(len(lens) + 1)], dtype=torch.int32, device=query.device)
+    left, right = _window(attn_bias) if attn_bias._causal else (-1, -1)
+    return _impl.varlen_attention(query[0], key[0, used], value[0, used], attn_bias.q_seqinfo.seqstart.to(query.device),
+                                  cu_k, attn_bias.q_seqinfo.max_seqlen, attn_bias.k_seqinfo.max_seqlen, scale=scale,
+                                  left=left, right=right, dropout_p=p, top_left=False)[0].unsqueeze(0)
 
 
 def memory_efficient_attention_forward(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,

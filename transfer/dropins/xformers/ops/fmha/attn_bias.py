@@ -244,4 +244,92 @@ class BlockDiagonalCausalLocalAttentionFromBottomRightMask(BlockDiagonalCausalFr
     """Each block causal (bottom-right) within `_window_size` keys."""
 
 
-__all__ = [n for n in dir() if n[0].isupper()]
+class _PaddedSeqLenInfo(_SeqLenInfo):
+    """Blocks padded to one length: block i holds [i*padding, i*padding + seqlen_py[i]) of the dimension."""
+
+    def __init__(self, seqstart, max_seqlen, min_seqlen, seqstart_py, seqlen, seqlen_py, padding):
+        super().__init__(seqstart, max_seqlen, min_seqlen, seqstart_py)
+        self.seqlen, self.seqlen_py, self.padding = seqlen, seqlen_py, padding
+
+    def intervals(self):
+        for (start, _), length in zip(super().intervals(), self.seqlen_py):
+            yield start, start + length
+
+    @classmethod
+    def from_seqlens(cls, seqlens, *, device=None):
+        raise RuntimeError("Use either `_SeqLenInfo.from_seqlens` or `_PaddedSeqLenInfo.from_seqlens_padded`")
+
+    @classmethod
+    def from_seqlens_padded(cls, seqlens: Sequence[int], padding: int, *, device=None) -> "_PaddedSeqLenInfo":
+        assert not isinstance(seqlens, torch.Tensor)
+        assert all(seqlen <= padding for seqlen in seqlens), f"Seqlens {seqlens} Padding {padding}"
+        starts = list(range(0, len(seqlens) * padding + 1, padding))
+        return cls(torch.tensor(starts, dtype=torch.int32, device=device), max(seqlens), min(seqlens), starts,
+                   torch.tensor(seqlens, dtype=torch.int32, device=device), list(seqlens), padding)
+
+    def to(self, device):
+        return _PaddedSeqLenInfo(self.seqstart.to(device), self.max_seqlen, self.min_seqlen, self.seqstart_py,
+                                 self.seqlen.to(device), self.seqlen_py, self.padding)
+
+    def split(self, x, batch_sizes=None):
+        raise NotImplementedError("_PaddedSeqLenInfo.split")
+
+
+class BlockDiagonalPaddedKeysMask(AttentionBias):
+    """Packed queries ([1, sum(q_seqlen), H, K]) over keys padded per block ([1, B * kv_padding, H, K]):
+    a query of block i sees the keys in use of block i, [i*kv_padding, i*kv_padding + kv_seqlen[i]),
+    never the padding (the layout of KV-cache decoding)."""
+
+    _causal, _top_left, _window = False, False, None
+
+    def __init__(self, q_seqinfo: _SeqLenInfo, k_seqinfo: _PaddedSeqLenInfo, _window_size=None):
+        self.q_seqinfo, self.k_seqinfo = q_seqinfo, k_seqinfo
+        if _window_size is not None:
+            self._window = self._window_size = _window_size
+
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        if shape[-1] != self.k_seqinfo.seqstart_py[-1]:
+            raise ValueError("k shapes wrong")
+        if shape[-2] != self.q_seqinfo.seqstart_py[-1]:
+            raise ValueError("q shapes wrong")
+        return BlockDiagonalMask.materialize(self, shape, dtype, device)
+
+    _block = BlockDiagonalMask._block  # a block is open, or causal from its bottom-right corner (the offset)
+
+    @classmethod
+    def from_seqlens(cls, q_seqlen: Sequence[int], kv_padding: int, kv_seqlen: Sequence[int], causal_diagonal=None,
+                     *, device=None):
+        """causal_diagonal: unused, as in xformers (kept for old callers)."""
+        assert kv_seqlen is None or len(q_seqlen) == len(kv_seqlen), (q_seqlen, kv_seqlen)
+        return cls(_SeqLenInfo.from_seqlens(q_seqlen, device=device),
+                   _PaddedSeqLenInfo.from_seqlens_padded(kv_seqlen, kv_padding, device=device))
+
+    def to(self, device):
+        return type(self)(self.q_seqinfo.to(device), self.k_seqinfo.to(device), self._window)
+
+
+class BlockDiagonalCausalWithOffsetPaddedKeysMask(BlockDiagonalPaddedKeysMask):
+    """As BlockDiagonalPaddedKeysMask, each block causal from its bottom-right corner: a query sees no key
+    nearer to the block's last key in use than it is to the block's last query."""
+
+    _causal = True
+    causal_diagonal = None  # unused, as in xformers
+
+
+class BlockDiagonalCausalLocalAttentionPaddedKeysMask(BlockDiagonalPaddedKeysMask):
+    """As BlockDiagonalCausalWithOffsetPaddedKeysMask, within `_window_size` keys."""
+
+    _causal = True
+
+    @classmethod
+    def from_seqlens_local(cls, q_seqlen: Sequence[int], kv_padding: int, kv_seqlen: Sequence[int],
+                           window_size: int):
+        assert kv_seqlen is None or len(q_seqlen) == len(kv_seqlen), (q_seqlen, kv_seqlen)
+        return cls(_SeqLenInfo.from_seqlens(q_seqlen), _PaddedSeqLenInfo.from_seqlens_padded(kv_seqlen, kv_padding),
+                   window_size)
+
+
+#: xformers' varlen biases that transfer provides (its paged and gappy ones are not)
+VARLEN_BIASES = (BlockDiagonalMask, BlockDiagonalPaddedKeysMask)
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, AttentionBias)]
