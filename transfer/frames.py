@@ -59,13 +59,13 @@ def kind(code) -> str:
 #: A file in an installed distribution: accelerate, transformers, Lightning, the vendor's plug-in.
 _INSTALLED_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 ASK_CALLER = 2  # source compiled from a string (eval, exec, python -c): whoever ran it decides
-_SCRIPTS: Dict[str, int] = {}  # file name -> 1 the user's script, 0 not, _ASK_CALLER
+SCRIPT_VERDICTS: Dict[str, int] = {}  # file name -> 1 the user's script, 0 not, _ASK_CALLER
 
 
 def script_verdict(code) -> int:
     """1 the user's own code, 0 not, `ASK_CALLER` code compiled from a string (see `is_script`); cached."""
     filename = code.co_filename
-    known = _SCRIPTS.get(filename)
+    known = SCRIPT_VERDICTS.get(filename)
     if known is None:
         if kind(code) != USER:
             known = 0
@@ -73,7 +73,7 @@ def script_verdict(code) -> int:
             known = ASK_CALLER
         else:
             known = int(not any(part in filename for part in _INSTALLED_PARTS))
-        _SCRIPTS[filename] = known
+        SCRIPT_VERDICTS[filename] = known
     return known
 
 
@@ -85,7 +85,7 @@ def is_script(frame) -> bool:
     script, ``python -c`` (nothing ran it) too, and torch.compile's guards, evaluated by dynamo, are torch's.
     """
     while True:
-        known = _SCRIPTS.get(frame.f_code.co_filename)
+        known = SCRIPT_VERDICTS.get(frame.f_code.co_filename)
         if known is None:
             known = script_verdict(frame.f_code)
         if known != ASK_CALLER or frame.f_back is None:
