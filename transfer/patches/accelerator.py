@@ -1,4 +1,4 @@
-"""torch.accelerator on the cpu target: no accelerator, as on a CPU-only build.
+"""torch.accelerator: none on the cpu target (as a CPU-only build); CUDA to the user's script on a vendor.
 
 A CUDA build of torch names CUDA as its accelerator even on a machine without
 a GPU; ``torch.accelerator.is_available()`` then asks ``torch.cuda.is_available()``,
