@@ -22,7 +22,8 @@ that load only beside a CUDA build of torch: its test runs in `nox -s standins` 
 torch 2.14.1 (the noxfile installs the matching torchvision there) and is skipped
 where torchvision is missing. ``--dummy`` (torchvision's FakeData, shrunk in the copy
 to 16 + 8 images of 32x32) with resnet18, one process and ``--multiprocessing-distributed``
-(torch.multiprocessing.spawn, one process per device).
+(torch.multiprocessing.spawn, one process per device), the latter also unported under
+transfer (its torch.accelerator device is cuda to it, so its CUDA branches run).
 """
 
 import os
@@ -226,7 +227,8 @@ IMAGENET_DATA = {"FakeData(1281167, (3, 224, 224), 1000,": "FakeData(16, (3, 32,
                     "wheels load only beside a CUDA build of torch (`nox -s standins` installs it on torch 2.14.1)")
 def test_ported_imagenet_runs_natively_as_the_original_under_transfer(tmp_path):
     """pytorch/examples imagenet/main.py, ported for npu: one process natively reaches the original's losses and
-    weights under transfer; --multiprocessing-distributed natively runs one process per npu over hccl."""
+    weights under transfer; --multiprocessing-distributed natively runs one process per npu over hccl, and so
+    does the original under transfer, to the same weights."""
     from transfer.migrate import port_files
 
     original, ported = str(tmp_path / "imagenet-cuda"), str(tmp_path / "imagenet-npu")
