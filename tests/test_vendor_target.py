@@ -118,7 +118,9 @@ def step(x):
 print("compiled", step(x).tolist(), torch.compile(step, backend="eager", fullgraph=True)(x).tolist())
 import transfer
 transfer.uninstall()
-print("uninstalled", acc.current_accelerator(), devlib.device())
+torch._dynamo.reset()
+print("uninstalled", acc.current_accelerator(), devlib.device(), step(x).tolist(),
+      torch.compile(step, backend="eager", fullgraph=True)(x).tolist())
 '''
 
 
@@ -126,7 +128,8 @@ print("uninstalled", acc.current_accelerator(), devlib.device())
 def test_torch_accelerator_is_cuda_to_the_script_and_the_vendor_to_torch_and_libraries(tmp_path):
     """On CUDA, torch.accelerator.current_accelerator() is cuda: a CUDA script (pytorch/examples' imagenet) tests
     ``device.type == 'cuda'``. Under transfer its own calls answer cuda, in eager and compiled code alike; torch
-    (DataParallel's streams here) and libraries keep the plug-in's device; uninstall gives torch's back."""
+    (DataParallel's streams here) and libraries keep the plug-in's device; uninstall gives torch's back, to
+    torch.compile too."""
     site = tmp_path / "site-packages"
     site.mkdir()
     (site / "devlib.py").write_text("import torch\n\ndef device():\n    return torch.accelerator.current_accelerator()\n")
@@ -135,4 +138,5 @@ def test_torch_accelerator_is_cuda_to_the_script_and_the_vendor_to_torch_and_lib
     env = clean_env(TRANSFER_DEVICE="npu", PYTHONPATH=os.pathsep.join(path), TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=2)
     out = python(str(tmp_path / "train.py"), env=env, timeout=600).stdout
     assert out.splitlines() == ["script cuda cuda True 2", "library npu", "exec cuda", "tensor npu:0 True 1",
-                                "torch True", "compiled [2.0, 2.0] [2.0, 2.0]", "uninstalled npu npu"], out
+                                "torch True", "compiled [2.0, 2.0] [2.0, 2.0]",
+                                "uninstalled npu npu [3.0, 3.0] [3.0, 3.0]"], out

@@ -79,6 +79,17 @@ def _traceable(replacement, cuda):
     torch's answer, the same in the guard. A call traced in the user's script answers ``cuda``, as in eager."""
 
     def make_replacement(original):
+        # Dynamo's tables hold whichever function torch.accelerator had when dynamo was imported: both fold alike,
+        # so a compile after uninstall (or after an install that follows dynamo's import) folds the call too.
+        from torch._dynamo.variables import torch as variables
+
+        native = replacement.__wrapped__
+        for name in ("constant_fold_functions_need_guards", "constant_fold_functions"):
+            table = getattr(variables, name, None)
+            if isinstance(table, dict) and (native in table or replacement in table):
+                table.setdefault(native, None)
+                table.setdefault(replacement, None)
+
         def call_function(self, tx, args, kwargs):
             result = original(self, tx, args, kwargs)
             if self.value is not replacement or not frames.script_verdict(tx.f_code):
