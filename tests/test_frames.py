@@ -49,3 +49,25 @@ def test_the_report_names_a_sibling_packages_line(cpu_target):
     exec(compile("torch.arange(2.0).to('cuda:1')", sibling, "exec"), {"torch": torch})
     rows = [r for r in cpu_target.status()["translations"] if r["api"] == "Tensor.to" and r["argument"] == "'cuda:1'"]
     assert rows and rows[0]["first_site"] == f"{sibling}:1"
+
+
+def test_the_users_script_is_neither_torch_nor_transfer_nor_an_installed_library():
+    """`frames.is_script` (torch.accelerator answers cuda to the script alone); code compiled from a string
+    is its runner's: the script's exec, torch's eval (dynamo's guards), ``python -c`` (no runner)."""
+    site = os.path.dirname(frames.TORCH_DIR.rstrip(os.sep))
+    here = lambda: sys._getframe(1)  # noqa: E731
+    assert frames.is_script(_run_as("/home/me/train.py", here))
+    assert frames.is_script(_run_as("/srv/site-packages-notes/model.py", here))
+    for library in (os.path.join(site, "accelerate", "state.py"), "/usr/lib/python3/dist-packages/lib/x.py",
+                    os.path.join(frames.TORCH_DIR, "accelerator", "_utils.py"),
+                    os.path.join(frames.PACKAGE_DIR, "devices.py")):
+        assert not frames.is_script(_run_as(library, here)), library
+    def evaluated_in(filename):  # the frame of code compiled from a string, evaluated by `filename`'s code
+        namespace = {"here": here}
+        exec(compile("result = eval(compile('here()', '<string>', 'eval'))", filename, "exec"), namespace)
+        return namespace["result"]
+
+    assert evaluated_in("/home/me/train.py").f_code.co_filename == "<string>"
+    assert frames.is_script(evaluated_in("/home/me/train.py"))
+    assert not frames.is_script(evaluated_in(os.path.join(frames.TORCH_DIR, "_dynamo", "guards.py")))
+    assert frames.is_script(eval(compile("sys._getframe(0)", "<string>", "eval")))  # the test file is USER too

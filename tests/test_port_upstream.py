@@ -22,7 +22,8 @@ that load only beside a CUDA build of torch: its test runs in `nox -s standins` 
 torch 2.14.1 (the noxfile installs the matching torchvision there) and is skipped
 where torchvision is missing. ``--dummy`` (torchvision's FakeData, shrunk in the copy
 to 16 + 8 images of 32x32) with resnet18, one process and ``--multiprocessing-distributed``
-(torch.multiprocessing.spawn, one process per device).
+(torch.multiprocessing.spawn, one process per device), the latter also unported under
+transfer (its torch.accelerator device is cuda to it, so its CUDA branches run).
 """
 
 import os
@@ -226,7 +227,8 @@ IMAGENET_DATA = {"FakeData(1281167, (3, 224, 224), 1000,": "FakeData(16, (3, 32,
                     "wheels load only beside a CUDA build of torch (`nox -s standins` installs it on torch 2.14.1)")
 def test_ported_imagenet_runs_natively_as_the_original_under_transfer(tmp_path):
     """pytorch/examples imagenet/main.py, ported for npu: one process natively reaches the original's losses and
-    weights under transfer; --multiprocessing-distributed natively runs one process per npu over hccl."""
+    weights under transfer; --multiprocessing-distributed natively runs one process per npu over hccl, and so
+    does the original under transfer, to the same weights."""
     from transfer.migrate import port_files
 
     original, ported = str(tmp_path / "imagenet-cuda"), str(tmp_path / "imagenet-npu")
@@ -246,11 +248,14 @@ def test_ported_imagenet_runs_natively_as_the_original_under_transfer(tmp_path):
     native_env = clean_env(PYTHONPATH=site, SIM_ACCEL_DEVICE_COUNT="2", **no_gpu("npu"))
     shim_env = clean_env(PYTHONPATH=os.pathsep.join([site] + ([] if INSTALLED else [ROOT])), TRANSFER_DEVICE="npu",
                          SIM_ACCEL_DEVICE_COUNT="2", **no_gpu("npu"))
-    spawn = ["--multiprocessing-distributed", "--world-size", "1", "--rank", "0",
-             "--dist-url", f"tcp://127.0.0.1:{free_port()}"]
+    def spawn():
+        return ["--multiprocessing-distributed", "--world-size", "1", "--rank", "0",
+                "--dist-url", f"tcp://127.0.0.1:{free_port()}"]
+
     jobs = {}
     for kind, env, where, extra in (("native", native_env, ported, []), ("shim", shim_env, original, []),
-                                    ("native-spawn", native_env, ported, spawn)):
+                                    ("native-spawn", native_env, ported, spawn()),
+                                    ("shim-spawn", shim_env, original, spawn())):
         work = tmp_path / kind
         work.mkdir()
         jobs[kind] = ([sys.executable, PROBE, os.path.join(where, "main.py"), *IMAGENET_ARGS, *extra], env, str(work))
@@ -258,7 +263,7 @@ def test_ported_imagenet_runs_natively_as_the_original_under_transfer(tmp_path):
         results = dict(zip(jobs, pool.map(_run, jobs.values())))
     for kind, (code, out) in results.items():
         assert code == 0, (kind, out[-4000:])
-        assert ("transfer: CUDA calls run on" in out) == (kind == "shim"), (kind, out[-2000:])
+        assert ("transfer: CUDA calls run on" in out) == kind.startswith("shim"), (kind, out[-2000:])
     native, shim = results["native"][1], results["shim"][1]
     one = [("0", "npu:0", "none", "off", "-")]
     assert sorted(set(re.findall(PROBE_LINE, native))) == one, native[-3000:]
@@ -267,8 +272,15 @@ def test_ported_imagenet_runs_natively_as_the_original_under_transfer(tmp_path):
     assert len(losses[0]) == 3 and losses[0] == losses[1], losses  # 2 training steps, 1 validation step
     digests = [re.findall(DIGEST, out) for out in (native, shim)]
     assert len(digests[0]) == 1 and digests[0] == digests[1], digests
-    spawned = results["native-spawn"][1]
-    assert sorted(set(re.findall(PROBE_LINE, spawned))) == [(str(r), f"npu:{r}", "hccl", "off", "-") for r in (0, 1)], \
-        spawned[-3000:]
-    digests = sorted(re.findall(DIGEST, spawned))
-    assert [r for r, _ in digests] == ["0", "1"] and len({d for _, d in digests}) == 1, digests
+    # The original asks torch.accelerator for its device and takes its `device.type == 'cuda'` branches (set_device,
+    # model.cuda, DDP with device_ids) under transfer as on CUDA: the same processes, devices, backend and weights
+    # as the ported copy natively.
+    spawned = {}
+    for kind in ("native-spawn", "shim-spawn"):
+        out = results[kind][1]
+        assert sorted(set(re.findall(PROBE_LINE, out))) == [(str(r), f"npu:{r}", "hccl", "off", "-") for r in (0, 1)], \
+            (kind, out[-3000:])
+        spawned[kind] = sorted(re.findall(DIGEST, out))
+        assert [r for r, _ in spawned[kind]] == ["0", "1"] and len({d for _, d in spawned[kind]}) == 1, spawned
+    assert "Using device: cuda" in results["shim-spawn"][1], results["shim-spawn"][1][-3000:]
+    assert spawned["shim-spawn"] == spawned["native-spawn"], spawned

@@ -4,8 +4,9 @@ import os
 import sys
 
 import pytest
+import torch
 
-from conftest import NO_STANDINS, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
+from conftest import INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
 
 pytestmark = [pytest.mark.skipif(not STANDINS, reason=NO_STANDINS), pytest.mark.slow]  # every test runs a stand-in
 
@@ -92,3 +93,50 @@ def test_device_properties_answer_the_cuda_fields_torch_reads():
     name = lines[0].split("|")[0]
     assert lines[0].split("|")[1:] == [name, "1", "True"] and name.startswith("Ascend"), lines
     assert lines[1] == f"{{'name': '{name}'}}", lines
+
+
+ACCELERATOR_SCRIPT = '''\
+import sys
+import torch
+import devlib  # a library, installed under site-packages
+acc = torch.accelerator
+print("script", acc.current_accelerator(), acc.current_accelerator(check_available=True),
+      acc.is_available(), acc.device_count())
+print("library", devlib.device())
+exec("print('exec', torch.accelerator.current_accelerator())")
+device = acc.current_accelerator()
+x = torch.ones(2, device=device)
+acc.set_device_index(torch.device("cuda", 1))
+acc.synchronize(device)
+acc.synchronize("cuda:1")
+print("tensor", x.device, x.is_cuda, acc.current_device_index())
+print("torch", torch.nn.parallel._functions._get_stream(torch.device("npu", 0)) is not None)
+
+def step(x):
+    return x + (1 if torch.accelerator.current_accelerator().type == "cuda" else 2)
+
+print("compiled", step(x).tolist(), torch.compile(step, backend="eager", fullgraph=True)(x).tolist())
+import transfer
+transfer.uninstall()
+torch._dynamo.reset()
+print("uninstalled", acc.current_accelerator(), devlib.device(), step(x).tolist(),
+      torch.compile(step, backend="eager", fullgraph=True)(x).tolist())
+'''
+
+
+@pytest.mark.skipif(not hasattr(torch, "accelerator"), reason=f"torch {torch.__version__} has no torch.accelerator")
+def test_torch_accelerator_is_cuda_to_the_script_and_the_vendor_to_torch_and_libraries(tmp_path):
+    """On CUDA, torch.accelerator.current_accelerator() is cuda: a CUDA script (pytorch/examples' imagenet) tests
+    ``device.type == 'cuda'``. Under transfer its own calls answer cuda, in eager and compiled code alike; torch
+    (DataParallel's streams here) and libraries keep the plug-in's device; uninstall gives torch's back, to
+    torch.compile too."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "devlib.py").write_text("import torch\n\ndef device():\n    return torch.accelerator.current_accelerator()\n")
+    (tmp_path / "train.py").write_text(ACCELERATOR_SCRIPT)
+    path = [VENDORS, str(site)] + ([] if INSTALLED else [ROOT])
+    env = clean_env(TRANSFER_DEVICE="npu", PYTHONPATH=os.pathsep.join(path), TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=2)
+    out = python(str(tmp_path / "train.py"), env=env, timeout=600).stdout
+    assert out.splitlines() == ["script cuda cuda True 2", "library npu", "exec cuda", "tensor npu:0 True 1",
+                                "torch True", "compiled [2.0, 2.0] [2.0, 2.0]",
+                                "uninstalled npu npu [3.0, 3.0] [3.0, 3.0]"], out

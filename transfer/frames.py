@@ -2,7 +2,9 @@
 
 The one place that decides it, for the report's first call site
 (`transfer.devices`), the per-call-site log (`transfer.calllog`) and the
-warnings that torch's own calls must not trigger (`patches.cuda_namespace`).
+warnings that torch's own calls must not trigger (`patches.cuda_namespace`),
+and which callers of ``torch.accelerator`` are the user's script
+(`patches.accelerator`).
 
 A file is torch's when it lies inside torch's package directory, tested with
 the trailing separator: ``site-packages/torchvision/`` and
@@ -52,6 +54,43 @@ def kind(code) -> str:
     if known is None:
         known = _KINDS[filename] = file_kind(filename)
     return known
+
+
+#: A file in an installed distribution: accelerate, transformers, Lightning, the vendor's plug-in.
+_INSTALLED_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+ASK_CALLER = 2  # source compiled from a string (eval, exec, python -c): whoever ran it decides
+SCRIPT_VERDICTS: Dict[str, int] = {}  # file name -> 1 the user's script, 0 not, _ASK_CALLER
+
+
+def script_verdict(code) -> int:
+    """1 the user's own code, 0 not, `ASK_CALLER` code compiled from a string (see `is_script`); cached."""
+    filename = code.co_filename
+    known = SCRIPT_VERDICTS.get(filename)
+    if known is None:
+        if kind(code) != USER:
+            known = 0
+        elif filename.startswith("<"):
+            known = ASK_CALLER
+        else:
+            known = int(not any(part in filename for part in _INSTALLED_PARTS))
+        SCRIPT_VERDICTS[filename] = known
+    return known
+
+
+def is_script(frame) -> bool:
+    """True when `frame` runs the user's own code: `USER`, and not a library installed under site-packages
+    (dist-packages on Debian; an editable install counts as the user's code). Cached per file name.
+
+    Code compiled from a string (``<string>``) is its runner's: an ``exec`` in the user's script is the
+    script, ``python -c`` (nothing ran it) too, and torch.compile's guards, evaluated by dynamo, are torch's.
+    """
+    while True:
+        known = SCRIPT_VERDICTS.get(frame.f_code.co_filename)
+        if known is None:
+            known = script_verdict(frame.f_code)
+        if known != ASK_CALLER or frame.f_back is None:
+            return known != 0
+        frame = frame.f_back
 
 
 def is_internal(code) -> bool:
