@@ -15,7 +15,10 @@ only), like ``nox -s bench``: the recorded table says the commits and the date i
 flash-attention's tests/test_flash_attn.py has ~508,000 parametrizations: a seeded sample
 (UPSTREAM_SAMPLE tests, seed UPSTREAM_SEED) runs, chosen after collection by this file's pytest
 plugin (`pytest_collection_modifyitems`); its determinism tests (250 iterations each) are left out
-as a machine limit, listed in the doc.
+as a machine limit, listed in the doc. xformers' test_mem_eff_attention.py runs a seeded sample of what
+`XFORMERS_CLAIMED` selects, its test_swiglu.py a seeded sample; xformers' tests import helpers shipped
+inside the xformers package (``xformers.attn_bias_utils``), which the plugin loads from the pinned commit
+for the run only (`_Helpers`).
 """
 
 from __future__ import annotations
@@ -196,7 +199,9 @@ def table() -> str:
     for suite in SUITES:
         c = counts(os.path.join(JUNIT, suite.name + ".xml"))
         size = open(os.path.join(JUNIT, suite.name + ".sample")).read() if suite.sample else ""
-        sample = f" (seeded sample of {size}; `-k \"{suite.deselect}\"`)" if suite.sample else ""
+        chosen = ("`-k` XFORMERS_CLAIMED of docs/upstream.py" if suite.deselect == XFORMERS_CLAIMED
+                  else f"`-k \"{suite.deselect}\"`")
+        sample = f" (seeded sample of {size}{'; ' + chosen if suite.deselect else ''})" if suite.sample else ""
         lines.append(f"| {suite.name} | {suite.repository}@{suite.commit[:10]} | {', '.join(suite.tests)}{sample} "
                      f"| {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |")
     return "\n".join(lines)
