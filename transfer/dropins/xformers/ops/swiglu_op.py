@@ -64,7 +64,9 @@ class SwiGLUOpDispatch:
     def from_arguments(x, w1, b1, w2, b2, w3, b3) -> "SwiGLUOpDispatch":
         from xformers.ops import stack_or_none
 
-        autocast = torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+        dtype_of = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4; get_autocast_gpu_dtype before
+        autocast = ((dtype_of("cuda") if dtype_of else torch.get_autocast_gpu_dtype())
+                    if torch.is_autocast_enabled() else None)
         return SwiGLUOpDispatch(device=x.device, dtype=x.dtype, dtype_autocast_gpu=autocast,
                                 packed_weights=stack_or_none((w1, w2), dim=0) is not None,
                                 bias_enabled=b1 is not None and b2 is not None and b3 is not None)
