@@ -15,7 +15,10 @@ only), like ``nox -s bench``: the recorded table says the commits and the date i
 flash-attention's tests/test_flash_attn.py has ~508,000 parametrizations: a seeded sample
 (UPSTREAM_SAMPLE tests, seed UPSTREAM_SEED) runs, chosen after collection by this file's pytest
 plugin (`pytest_collection_modifyitems`); its determinism tests (250 iterations each) are left out
-as a machine limit, listed in the doc.
+as a machine limit, listed in the doc. xformers' test_mem_eff_attention.py runs a seeded sample of what
+`XFORMERS_CLAIMED` selects, its test_swiglu.py a seeded sample; xformers' tests import helpers shipped
+inside the xformers package (``xformers.attn_bias_utils``), which the plugin loads from the pinned commit
+for the run only (`_Helpers`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,15 @@ JUNIT = os.path.join(WORK, "junit")
 DOC = os.path.join(ROOT, "docs", "thirdparty-upstream.md")
 
 
+#: What xformers' drop-in claims of test_mem_eff_attention.py: the operators it gives in full (cutlass's and
+#: flash's, parametrized on "cuda", the target), forward and backward through the public API and the operator
+#: interface, and the bias tests; not the ROCm / split-K / decoder / paged / merge kernels' tests.
+XFORMERS_CLAIMED = ("(cutlass or fa2 or attn_bias or bias_lower or local_attn_bias or window_size or TestAttnBias "
+                    "or empty_tensors or grad_checkpointing or custom_scale or lowlevel_api) "
+                    "and not _ck and not ck_ and not splitk and not decoder and not paged and not merge and not fp8 "
+                    "and not fa3 and not cuda_streams and not compile")
+
+
 class Suite(NamedTuple):
     name: str  # the folder under DIR and .nox/upstream
     repository: str
@@ -44,6 +56,7 @@ class Suite(NamedTuple):
     sample: int = 0  # >0: a seeded sample of that many collected tests
     deselect: str = ""  # a pytest -k expression of tests left out (the doc says why)
     path: Tuple[str, ...] = ()  # folders of the tests put on sys.path, as the project's own runner does
+    helpers: Tuple[str, ...] = ()  # the project's own test helpers shipped inside its package (see `_Helpers`)
 
 
 SUITES = (
@@ -55,7 +68,12 @@ SUITES = (
           ("tests/L0/run_optimizers", "tests/L0/run_fused_layer_norm"), "tests/L0",
           path=("tests/L0/run_optimizers",)),  # apex's run_test.py runs each folder: its tests import siblings
     Suite("xformers", "facebookresearch/xformers", "0b3963adc401d4e22b37515c35b0730d0623c9c5",  # v0.0.29.post3
-          ("tests/test_mem_eff_attention.py",), "tests"),
+          ("tests/test_mem_eff_attention.py",), "tests", sample=150, deselect=XFORMERS_CLAIMED,
+          helpers=("xformers/attn_bias_utils.py",)),
+    Suite("xformers-swiglu", "facebookresearch/xformers", "0b3963adc401d4e22b37515c35b0730d0623c9c5",
+          ("tests/test_swiglu.py",), "tests", sample=40, helpers=("xformers/attn_bias_utils.py",)),
+    Suite("xformers-ops", "facebookresearch/xformers", "0b3963adc401d4e22b37515c35b0730d0623c9c5",
+          ("tests/test_unbind.py", "tests/test_indexing.py"), "tests", helpers=("xformers/attn_bias_utils.py",)),
 )
 
 #: What the suites import besides torch and the drop-ins.
@@ -64,7 +82,7 @@ REQUIREMENTS = ("pytest", "einops", "scipy", "expecttest", "hypothesis",
 
 
 def checkout_of(directory: str, suite: Suite) -> str:
-    return os.path.join(directory, suite.name.split("-rotary")[0])
+    return os.path.join(directory, suite.repository.split("/")[1])
 
 
 def run(directory: str, python: str) -> None:
@@ -85,11 +103,19 @@ def run(directory: str, python: str) -> None:
             sys.exit(f"{repo}: commit {suite.commit} of {suite.repository} not found "
                      f"({archive.stderr.decode().strip()}); clone it there, or `git -C {repo} fetch origin`")
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        helpers = os.path.join(tree, "_upstream_helpers")
+        for helper in suite.helpers:
+            os.makedirs(helpers, exist_ok=True)
+            source = subprocess.run(["git", "-C", repo, "show", f"{suite.commit}:{helper}"], capture_output=True,
+                                    check=True).stdout
+            with open(os.path.join(helpers, helper.replace("/", ".")), "wb") as fh:
+                fh.write(source)
         env = {**os.environ, "TRANSFER_DEVICE": "cpu", "TRANSFER_QUIET": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
                                                            *(os.path.join(tree, p) for p in suite.path),
                                                            os.environ.get("PYTHONPATH")])),
-               "UPSTREAM_SAMPLE": str(suite.sample), "UPSTREAM_SEED": "0"}
+               "UPSTREAM_SAMPLE": str(suite.sample), "UPSTREAM_SEED": "0",
+               "UPSTREAM_HELPERS": helpers if suite.helpers else ""}
         with open(os.path.join(JUNIT, suite.name + ".sample"), "w") as fh:
             fh.write(str(suite.sample))
         args = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "upstream",
@@ -109,6 +135,36 @@ def _memory_cap() -> None:
 
 
 # ------------------------------------------------------------------ the pytest plugin (-p upstream)
+
+class _Helpers:
+    """Import hook for the run only: a project's test helpers that ship inside its package (xformers'
+    ``xformers/attn_bias_utils.py``, imported by its tests as ``xformers.attn_bias_utils``) are loaded from the
+    pinned commit's file in UPSTREAM_HELPERS (saved there as ``xformers.attn_bias_utils.py``) as a submodule of
+    the drop-in. Nothing is written into the installed drop-in or this repository."""
+
+    def __init__(self, folder: str):
+        self.files = {name[:-3]: os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(".py")}
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.util
+
+        if fullname in self.files:
+            return importlib.util.spec_from_file_location(fullname, self.files[fullname])
+        return None
+
+
+_HELPERS = _Helpers(os.environ["UPSTREAM_HELPERS"]) if os.environ.get("UPSTREAM_HELPERS") else None
+
+
+def pytest_collectstart(collector):
+    """Keeps the helpers' finder first: transfer puts its drop-ins' finder in front when it activates (on the
+    first ``import torch``, here made before the tests import anything)."""
+    if _HELPERS is not None and sys.meta_path[0] is not _HELPERS:
+        import torch  # noqa: F401
+        if _HELPERS in sys.meta_path:
+            sys.meta_path.remove(_HELPERS)
+        sys.meta_path.insert(0, _HELPERS)
+
 
 def pytest_collection_modifyitems(config, items):
     sample = int(os.environ.get("UPSTREAM_SAMPLE") or 0)
@@ -143,7 +199,9 @@ def table() -> str:
     for suite in SUITES:
         c = counts(os.path.join(JUNIT, suite.name + ".xml"))
         size = open(os.path.join(JUNIT, suite.name + ".sample")).read() if suite.sample else ""
-        sample = f" (seeded sample of {size}; `-k \"{suite.deselect}\"`)" if suite.sample else ""
+        chosen = ("`-k` XFORMERS_CLAIMED of docs/upstream.py" if suite.deselect == XFORMERS_CLAIMED
+                  else f"`-k \"{suite.deselect}\"`")
+        sample = f" (seeded sample of {size}{'; ' + chosen if suite.deselect else ''})" if suite.sample else ""
         lines.append(f"| {suite.name} | {suite.repository}@{suite.commit[:10]} | {', '.join(suite.tests)}{sample} "
                      f"| {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |")
     return "\n".join(lines)

@@ -100,6 +100,51 @@ def test_xformers_ops_second_ring(dropins):
                        torch.cat([s[i].flatten() for s, i in zip(sources, indices)]))
 
 
+def test_xformers_operator_interface_as_its_tests_drive_it(dropins):
+    """xformers' operator interface (its own tests call it): Inputs, FwOp.apply -> (out, Context with the
+    log-sum-exp), BwOp.apply -> Gradients, the non-autograd forward/backward pair, capabilities; a [B, M, K]
+    query with a [B, Mq, Mk] tensor bias; unbind views re-stacked without a copy; scaled_index_add rounding once."""
+    import xformers.ops as xops
+    from xformers.ops import fmha
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 3, 8, dtype=torch.float64, device="cuda", requires_grad=True) for _ in range(3))
+    bias = fmha.attn_bias.LowerTriangularMask()
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    scores = (q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2) / math.sqrt(8)).masked_fill(~causal, -math.inf)
+    ref = (scores.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2)
+    inp = fmha.Inputs(q, k, v, bias)
+    out, ctx = fmha.cutlass.FwOp.apply(inp, needs_gradient=True)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(ctx.lse, scores.logsumexp(-1).float())
+    grad = torch.randn(out.shape, dtype=out.dtype, device="cuda")
+    expected = torch.autograd.grad(ref, (q, k, v), grad)
+    g = fmha.cutlass.BwOp.apply(ctx, inp, grad)
+    torch.testing.assert_close((g.dq, g.dk, g.dv), expected)
+    out2, lse = xops.memory_efficient_attention_forward_requires_grad(q, k, v, bias)
+    torch.testing.assert_close(xops.memory_efficient_attention_backward(grad, out2, lse, q, k, v, bias), expected)
+    assert fmha.cutlass.FwOp in fmha.ALL_FW_OPS and fmha.flash.BwOp in fmha.ALL_BW_OPS
+    inp32 = fmha.Inputs(*(t.detach().float() for t in (q, k, v)), bias)
+    assert fmha.cutlass.FwOp.not_supported_reasons(inp32) == []
+    assert any("dtype" in r for r in fmha.cutlass.FwOp.not_supported_reasons(inp))  # as xformers: no float64
+    assert any("dtype" in r for r in fmha.flash.FwOp.not_supported_reasons(inp32))  # FlashAttention: fp16/bf16
+    # [B, M, K] with a tensor bias [B, Mq, Mk]: one head, the bias added to the scores
+    qb, kb, vb = (torch.randn(2, 4, 8, dtype=torch.float64) for _ in range(3))
+    tb = torch.randn(2, 4, 4, dtype=torch.float64)
+    torch.testing.assert_close(xops.memory_efficient_attention(qb, kb, vb, tb),
+                               (qb @ kb.transpose(-1, -2) / math.sqrt(8) + tb).softmax(-1) @ vb)
+    x = torch.randn(3, 4, 5)
+    parts = xops.unbind(x, 1)
+    stacked = xops.stack_or_none(parts, 1)
+    assert torch.equal(stacked, x) and stacked.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert xops.stack_or_none([parts[0], parts[1].clone()], 1) is None
+    # scaled_index_add in float16: the float32 sum rounded once (its kernel), not float16 products
+    inp16, src16, sc16 = (torch.randn(*s, dtype=torch.float16) for s in ((4, 2, 64), (2, 2, 64), (64,)))
+    index = torch.tensor([3, 0])
+    expected16 = torch.index_add(inp16.float(), 0, index, src16.float() * sc16.float(), alpha=0.73).half()
+    assert torch.equal(xops.scaled_index_add(inp16.clone(), index, src16, sc16, 0.73), expected16)
+
+
 @pytest.mark.parametrize("kind", ["open", "causal", "local"])
 def test_xformers_padded_keys_masks_as_decoding_uses_them(dropins, kind):
     """KV-cache decoding's layout: packed queries, keys padded per sequence to one length. xformers: a query of

@@ -6,7 +6,8 @@ accepted as ``op=`` and compute the same. ``SwiGLU`` has xformers' parameters (`
 ``w1``/``w2`` with ``_pack_weights=False``, and ``w3``), so its state dicts load unchanged.
 """
 
-from typing import Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,9 @@ class SwiGLUOp:
         self.op = op
         self.constraints = constraints
 
-    def supports(self, op) -> bool:
-        return True
+    def supports(self, op: "SwiGLUOpDispatch") -> bool:
+        """As xformers: a packed-weights kernel takes only packed weights; nothing else is refused here."""
+        return not (self.PACKED_WEIGHTS and not op.packed_weights)
 
     def __call__(self, *args: Optional[torch.Tensor]) -> torch.Tensor:
         return _swiglu(*args)
@@ -40,27 +42,41 @@ SwiGLUFusedOp = SwiGLUOp(name="swiglu_fused")
 SwiGLUPackedFusedOp = SwiGLUOp(packed_weights=True, name="swiglu_packedw")
 
 
+@dataclass
 class SwiGLUOpDispatch:
-    """xformers picks the kernel for the inputs; here every input takes the same formula."""
+    """What xformers picks the kernel by (device, dtype, autocast dtype, packed weights, bias); `op` is the
+    kernel it would pick (packed-weights fused first); every one computes the same formula here."""
 
-    def __init__(self, op=SwiGLUEagerOp):
-        self.op = op
+    device: Union[torch.device, str]
+    dtype: torch.dtype
+    dtype_autocast_gpu: Optional[torch.dtype]
+    packed_weights: bool
+    bias_enabled: bool
 
     @property
-    def op(self):
-        return self._op
+    def op(self) -> SwiGLUOp:
+        for op in (SwiGLUPackedFusedOp, SwiGLUFusedOp):
+            if op.supports(self):
+                return op
+        return SwiGLUEagerOp
 
-    @op.setter
-    def op(self, value):
-        self._op = value
+    @staticmethod
+    def from_arguments(x, w1, b1, w2, b2, w3, b3) -> "SwiGLUOpDispatch":
+        from xformers.ops import stack_or_none
 
-    @classmethod
-    def from_arguments(cls, *args, **kwargs) -> "SwiGLUOpDispatch":
-        return cls()
+        dtype_of = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4; get_autocast_gpu_dtype before
+        autocast = ((dtype_of("cuda") if dtype_of else torch.get_autocast_gpu_dtype())
+                    if torch.is_autocast_enabled() else None)
+        return SwiGLUOpDispatch(device=x.device, dtype=x.dtype, dtype_autocast_gpu=autocast,
+                                packed_weights=stack_or_none((w1, w2), dim=0) is not None,
+                                bias_enabled=b1 is not None and b2 is not None and b3 is not None)
 
 
 def _swiglu(x, w1, b1, w2, b2, w3, b3):
     return F.linear(F.silu(F.linear(x, w1, b1)) * F.linear(x, w2, b2), w3, b3)
+
+
+_eager_functional_swiglu = _swiglu  # xformers' name for the eager formula
 
 
 def swiglu(x: torch.Tensor, w1: torch.Tensor, b1: Optional[torch.Tensor], w2: torch.Tensor,

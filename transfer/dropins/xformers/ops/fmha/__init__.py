@@ -9,6 +9,8 @@ attention. A bias type not listed raises TypeError.
 """
 
 from transfer.dropins._missing import missing
+import math
+
 import torch
 
 from transfer.dropins import _attention as _impl
@@ -17,8 +19,18 @@ from xformers.ops.fmha import attn_bias as _biases
 from xformers.ops.fmha.attn_bias import (  # noqa: F401 (the biases xformers' fmha re-exports, and no others)
     VARLEN_BIASES, AttentionBias, BlockDiagonalMask, LowerTriangularMask,
 )
-from xformers.ops.fmha import ck, ck_decoder, ck_splitk, common, cutlass, flash, triton_splitk  # noqa: F401,E402
-from xformers.ops.fmha.common import AttentionBwOpBase, AttentionFwOpBase, AttentionOp, AttentionOpBase  # noqa
+from xformers.ops.fmha import (  # noqa: F401,E402
+    ck, ck_decoder, ck_splitk, common, cutlass, flash, flash3, triton_splitk,
+)
+from xformers.ops.fmha.common import (  # noqa: F401
+    AttentionBwOpBase, AttentionFwOpBase, AttentionOp, AttentionOpBase, Context, Gradients, Inputs,
+)
+from xformers.ops.fmha import dispatch  # noqa: F401,E402
+
+#: xformers' registry of the operators it tests, here the ones given in full (cutlass's, flash's): on CUDA
+#: xformers 0.0.29 also lists flash3 and triton_splitk, which transfer names only
+ALL_FW_OPS = [cutlass.FwOp, flash.FwOp]
+ALL_BW_OPS = [cutlass.BwOp, flash.BwOp]
 
 MemoryEfficientAttentionCutlassOp = (cutlass.FwOp, cutlass.BwOp)
 MemoryEfficientAttentionCutlassFwdFlashBwOp = (cutlass.FwOp, flash.BwOp)
@@ -38,6 +50,8 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p: float = 0.0
     squeeze = query.dim() == 3
     if squeeze:
         query, key, value = query.unsqueeze(2), key.unsqueeze(2), value.unsqueeze(2)
+        if isinstance(attn_bias, torch.Tensor) and attn_bias.dim() == 3:  # [B, Mq, Mk] -> one head
+            attn_bias = attn_bias.unsqueeze(1)
     grouped = query.dim() == 5
     if grouped:
         b, m, g, h, kdim = query.shape
@@ -103,12 +117,49 @@ def memory_efficient_attention_forward(query, key, value, attn_bias=None, p=0.0,
     return memory_efficient_attention(query, key, value, attn_bias, p, scale, op=op, output_dtype=output_dtype)
 
 
-memory_efficient_attention_forward_requires_grad = memory_efficient_attention_forward
+def _lse(inp: Inputs) -> torch.Tensor:
+    """The log-sum-exp over keys of the scaled scores plus bias, float32, [B, H, Mq] ([B, G, H, Mq] for
+    grouped heads): what xformers' kernels return beside the output (rows that see no key: -inf)."""
+    q, k, _ = inp.get_qkv_in_bmghk()
+    b, mq, g, h, kdim = q.shape
+    q = q.reshape(b, mq, g * h, kdim).transpose(1, 2).float()
+    k = k.reshape(k.shape[0], k.shape[1], -1, k.shape[-1]).transpose(1, 2).float()
+    scores = (q @ k.transpose(-1, -2)) * inp.scale_float
+    bias = inp.attn_bias
+    if isinstance(bias, AttentionBias):
+        bias = bias.materialize(tuple(scores.shape), dtype=torch.float32, device=scores.device)
+    if bias is not None:
+        scores = scores + (bias.float().unsqueeze(1) if bias.dim() == 3 else bias.float())
+    lse = torch.logsumexp(scores, dim=-1)
+    return lse.reshape(b, g, h, mq) if inp.query.ndim == 5 else lse
 
 
-def memory_efficient_attention_backward(*args, **kwargs):
-    raise NotImplementedError("xformers.ops.memory_efficient_attention_backward is not provided by transfer: "
-                              "call memory_efficient_attention and use autograd")
+def _lse_per_block(lse: torch.Tensor, attn_bias) -> torch.Tensor:
+    """[1, H, total] -> [blocks, H, longest block] (padding +inf): the layout of kernels whose
+    VARLEN_LSE_PACKED is False (cutlass)."""
+    blocks = [lse[0, :, s:e] for s, e in attn_bias.q_seqinfo.intervals()]
+    width = max(e - s for s, e in attn_bias.q_seqinfo.intervals())
+    return torch.stack([torch.nn.functional.pad(x, (0, width - x.shape[-1]), value=math.inf) for x in blocks])
+
+
+def memory_efficient_attention_forward_requires_grad(query, key, value, attn_bias=None, p=0.0, scale=None, *,
+                                                     op=None, output_dtype=None):
+    """(output, lse) as xformers: lse [B, H, Mq] float32, for `memory_efficient_attention_backward`."""
+    if p != 0.0:
+        raise NotImplementedError("dropout is not supported on the non-autograd API. If you want to use dropout, "
+                                  "please call `memory_efficient_attention` directly")
+    out, ctx = (op or cutlass.FwOp).apply(Inputs(query, key, value, attn_bias, p, scale, output_dtype), True)
+    return out, ctx.lse
+
+
+def memory_efficient_attention_backward(grad, output, lse, query, key, value, attn_bias=None, p=0.0, scale=None,
+                                        *, op=None):
+    """(dq, dk, dv) of the attention for the output gradient ``grad``, as xformers (the forward is recomputed)."""
+    if p != 0.0:
+        raise NotImplementedError("dropout is not supported on the non-autograd API. If you want to use dropout, "
+                                  "please call `memory_efficient_attention` directly")
+    g = (op or cutlass.BwOp).apply(Context(out=output, lse=lse), Inputs(query, key, value, attn_bias, p, scale), grad)
+    return g.dq, g.dk, g.dv
 
 
 _PROVIDED = sorted(n for n in dir() if not n.startswith('_') and n not in ('torch', 'missing'))

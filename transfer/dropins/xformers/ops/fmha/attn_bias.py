@@ -5,7 +5,9 @@ sees keys j <= i); the *FromBottomRight* variants shift it so the last query see
 key; BlockDiagonal* masks split packed sequences ([1, total, H, K]) into blocks, the causal
 ones top-left per block (FromBottomRight: bottom-right per block); the local-attention
 variants keep keys within `window_size` (j > i + shift - window_size). Unlike xformers'
-LowerTriangularMask (a torch.Tensor subclass), these are plain objects.
+LowerTriangularMask (a torch.Tensor subclass), these are plain objects; AttentionBiasSubTensor, the base
+xformers gives its tensor-subclass biases, is their base here as there. The paged and gappy masks are named
+(xformers' tests refer to them) but not provided: constructing one raises NotImplementedError.
 """
 
 import math
@@ -33,7 +35,14 @@ def _causal(shape, dtype, device, window_size=None, from_bottomright=False):
     return torch.log(mask).to(dtype)
 
 
-class LowerTriangularMask(AttentionBias):
+class AttentionBiasSubTensor(AttentionBias):
+    """The base of LowerTriangularMask and LowerTriangularMaskWithTensorBias (in xformers a torch.Tensor
+    subclass); HOLDS_DENSE_TENSOR says whether ``_subtensor`` is a dense bias."""
+
+    HOLDS_DENSE_TENSOR = False
+
+
+class LowerTriangularMask(AttentionBiasSubTensor):
     """Causal, from the top-left corner."""
 
     _top_left, _window = True, None
@@ -47,6 +56,9 @@ class LowerTriangularMask(AttentionBias):
     def add_bias(self, bias: torch.Tensor) -> "LowerTriangularMaskWithTensorBias":
         return LowerTriangularMaskWithTensorBias(bias)
 
+    def to(self, device):
+        return self
+
 
 class LowerTriangularMaskWithTensorBias(LowerTriangularMask):
     """Top-left causal plus an additive tensor bias."""
@@ -55,6 +67,17 @@ class LowerTriangularMaskWithTensorBias(LowerTriangularMask):
 
     def __init__(self, bias: torch.Tensor):
         self._bias = bias
+
+    @property
+    def _subtensor(self) -> torch.Tensor:
+        return self._bias
+
+    def to(self, device):
+        return LowerTriangularMaskWithTensorBias(self._bias.to(device))
+
+    def __getitem__(self, index) -> "LowerTriangularMaskWithTensorBias":
+        """Indexing slices the tensor bias, as on xformers' tensor subclass."""
+        return LowerTriangularMaskWithTensorBias(self._bias[index])
 
     def materialize(self, shape, dtype=torch.float32, device="cpu"):
         return super().materialize(shape, dtype, device) + self._bias
@@ -329,7 +352,38 @@ class BlockDiagonalCausalLocalAttentionPaddedKeysMask(BlockDiagonalPaddedKeysMas
                    window_size)
 
 
+class _NotProvided(AttentionBias):
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(f"xformers.ops.fmha.attn_bias.{type(self).__name__} is not provided by transfer "
+                                  "(paged and gappy KV caches); the BlockDiagonal*PaddedKeysMask masks are")
+
+    @classmethod
+    def from_seqlens(cls, *args, **kwargs):
+        return cls()
+
+
+class BlockDiagonalGappyKeysMask(_NotProvided):
+    """Not provided (named for code that refers to it)."""
+
+
+class BlockDiagonalCausalWithOffsetGappyKeysMask(BlockDiagonalGappyKeysMask):
+    """Not provided (named for code that refers to it)."""
+
+
+class PagedBlockDiagonalGappyKeysMask(_NotProvided):
+    """Not provided (named for code that refers to it)."""
+
+
+class PagedBlockDiagonalPaddedKeysMask(_NotProvided):
+    """Not provided (named for code that refers to it)."""
+
+
+class PagedBlockDiagonalCausalWithOffsetPaddedKeysMask(PagedBlockDiagonalPaddedKeysMask):
+    """Not provided (named for code that refers to it)."""
+
+
 #: xformers' varlen biases that transfer provides (its paged and gappy ones are not)
 VARLEN_BIASES = (BlockDiagonalMask, BlockDiagonalPaddedKeysMask)
 
-__all__ = [n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, AttentionBias)]
+__all__ = [n for n, v in list(globals().items())
+           if isinstance(v, type) and issubclass(v, AttentionBias) and not n.startswith("_")]
