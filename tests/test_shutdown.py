@@ -38,7 +38,9 @@ def test_install_arms_the_drain_and_uninstall_disarms_it(monkeypatch):
             assert torch.autograd._engine_run_backward is not original
     finally:
         transfer.uninstall()
-    assert hooks == []
+    # Only transfer's own hooks: installing after torch._dynamo's import (an earlier test's) imports inductor
+    # modules, which register exit hooks of their own that uninstall must leave alone.
+    assert [h for h in hooks if getattr(h, "__module__", "").startswith("transfer")] == []
     assert getattr(torch.autograd, "_engine_run_backward", None) is original
 
 
