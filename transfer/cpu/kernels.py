@@ -357,15 +357,24 @@ _GRAD_SCALER_KERNELS = {
 
 def register_grad_scaler():
     """CPU kernels for GradScaler's ops where torch has none; return the Library, or None."""
+    return _register_where_missing(_GRAD_SCALER_KERNELS)
+
+
+def _register_where_missing(kernels, every_overload=False):
+    """One ``aten`` CPU Library holding ``kernels`` (name -> function) for the ops torch has no CPU kernel
+    for (each overload of the name with ``every_overload``, else its default one); None when none is missing."""
     import torch
 
-    missing = {name: fn for name, fn in _GRAD_SCALER_KERNELS.items()
+    missing = {name: fn for name, fn in kernels.items()
                if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")}
     if not missing:
         return None
     lib = torch.library.Library("aten", "IMPL", "CPU")
     for name, fn in missing.items():
-        lib.impl(name, fn)
+        overloads = ([schema.overload_name for schema in torch._C._jit_get_schemas_for_operator(f"aten::{name}")]
+                     if every_overload else [""])
+        for overload in overloads:
+            lib.impl(f"{name}.{overload}" if overload else name, fn)
     return lib
 
 
@@ -493,14 +502,4 @@ _FUSED_ADAM_KERNELS = {"_fused_adam_": fused_adam_, "_fused_adamw_": fused_adamw
 def register_fused_adam():
     """CPU kernels for ``aten::_fused_adam_`` / ``aten::_fused_adamw_`` (each overload this torch has) where
     torch has none (before 2.4); return the Library (``destroy`` removes them), or None."""
-    import torch
-
-    missing = {name: fn for name, fn in _FUSED_ADAM_KERNELS.items()
-               if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")}
-    if not missing:
-        return None
-    lib = torch.library.Library("aten", "IMPL", "CPU")
-    for name, fn in missing.items():
-        for schema in torch._C._jit_get_schemas_for_operator(f"aten::{name}"):
-            lib.impl(f"{name}.{schema.overload_name}" if schema.overload_name else name, fn)
-    return lib
+    return _register_where_missing(_FUSED_ADAM_KERNELS, every_overload=True)
