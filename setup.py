@@ -6,10 +6,11 @@ while TRANSFER_DEVICE is unset; when it is set, it arms activation on
 ``import torch`` (transfer/_autoload.py), which is how TRANSFER_DEVICE works
 on torch < 2.5 (no backend autoload) and with TORCH_DEVICE_BACKEND_AUTOLOAD=0.
 Same pattern as coverage.py's process_startup and pytest-cov's .pth.
-Also the optional C extension transfer._fastcalls (the hot frames of the call wrappers, see
-transfer/fastcalls.py): one build against Python 3.8's limited API serves Python 3.8-3.12
-(an abi3 wheel, setup.cfg's [bdist_wheel]); where it cannot be compiled the install goes on
-without it and the wrappers stay pure Python.
+Also the optional C extensions transfer._fastcalls (the hot frames of the call wrappers, see
+transfer/fastcalls.py) and transfer.compare._watch (the accuracy mode's per-operation path, see
+transfer/compare/watch.py): one build against Python 3.8's limited API serves Python 3.8-3.12
+(an abi3 wheel, setup.cfg's [bdist_wheel]); where one cannot be compiled the install goes on
+without it and its Python twin runs.
 Everything else is declared in setup.cfg.
 """
 
@@ -50,4 +51,12 @@ FASTCALLS = Extension(
     optional=True,  # no compiler: installed without it (pure-Python wrappers)
 )
 
-setup(cmdclass={"build_py": build_py_with_pth}, ext_modules=[FASTCALLS])
+WATCH = Extension(
+    "transfer.compare._watch",
+    ["transfer/compare/_watch.c"],
+    define_macros=[("Py_LIMITED_API", "0x03080000")],
+    py_limited_api=True,
+    optional=True,  # no compiler: the accuracy mode's Python watch (transfer/compare/watch.py)
+)
+
+setup(cmdclass={"build_py": build_py_with_pth}, ext_modules=[FASTCALLS, WATCH])

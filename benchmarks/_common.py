@@ -201,6 +201,29 @@ def bootstrap_median(values: Sequence[float], rounds: int = 2000, seed: int = 0)
     return [quantile(medians, 0.025), quantile(medians, 0.975)]
 
 
+def per_call(fn: Callable[[], Any], calls: int) -> float:
+    """Process CPU seconds per call of `fn` over `calls` calls (wall time wanders on a shared machine)."""
+    start = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - start) / calls
+
+
+def interleaved(first: Callable[[], Any], second: Callable[[], Any], repeats: int, calls: int):
+    """Blocks of `calls` calls alternating between the two arms, each arm taking each position in turn:
+    (first's seconds per call, second's, first / second) per repeat."""
+    a, b, ratios = [], [], []
+    for repeat in range(repeats):
+        if repeat % 2:
+            y, x = per_call(second, calls), per_call(first, calls)
+        else:
+            x, y = per_call(first, calls), per_call(second, calls)
+        a.append(x)
+        b.append(y)
+        ratios.append(x / y)
+    return a, b, ratios
+
+
 def ratio_record(shim: Sequence[float], native: Sequence[float], ratios: Sequence[float],
                  target: Optional[float], unit_scale: float = 1.0) -> Dict[str, Any]:
     """The standard record of one interleaved comparison."""

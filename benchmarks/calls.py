@@ -28,7 +28,11 @@ x.is_cuda                     x.is_<v>                                x.is_cpu
 torch.cuda.is_available()     torch.<v>.is_available()                torch.cpu.is_available()
 torch.cuda.current_device()   torch.<v>.current_device()              torch.cpu.current_device()
                                                                       (torch 2.0: constants; info rows)
+torch.device(0)               torch.device(0) (the plug-in's <v>:0)   torch.device('cpu')
+  (from the script's file)
+torch.device('cuda', 0)       the same call                           the same call
 untouched calls               the same call                           the same call
+dist.all_reduce(t), float32   the same call (a 1-rank group of the target's backend, made natively)
 ============================  ======================================  ===========================
 
 On a vendor x lives on the target device, so `.to`-style calls are the no-op
@@ -39,7 +43,15 @@ copy (as CUDA makes one from host memory), so its hand port copies too. Two
 "info" rows carry no target: ``x.cuda()`` against ``x.clone()``
 (the other cpu hand port), and the floor: a one-line Python function calling
 the C ``Tensor.to`` against ``x.to(dev)``, i.e. what any Python-level wrapper
-costs on the machine at hand.
+costs on the machine at hand. On npu an info row times a float64 all_reduce, which
+hccl refuses and transfer computes (an all_gather and the sum on the host), against
+the float32 one.
+
+``torch.device(N)`` is answered ``cuda:N`` by torch.device's own constructor,
+swapped in C (patches/accelerator.py): on a vendor only for the user's script,
+decided from the calling file, so that row calls it from a function of this
+file (`device_of`), as a script does; ``torch.device('cuda', 0)`` shows what the
+swapped constructor costs every other construction.
 """
 
 from __future__ import annotations
@@ -99,11 +111,23 @@ def rows_for(target: str) -> List[Row]:
         Row("x.to(torch.float16)", "untouched", "x.to(torch.float16)", "x.to(torch.float16)"),
         Row("torch.zeros(4)", "untouched", "torch.zeros(4)", "torch.zeros(4)"),
         Row("model.to(torch.bfloat16)", "untouched", "model.to(torch.bfloat16)", "model.to(torch.bfloat16)"),
+        Row("torch.device(0) (the script's)", "translated", "device_of(0)", "device_of('cpu')" if cpu else "device_of(0)"),
+        Row("torch.device('cuda', 0)", "untouched", "torch.device('cuda', 0)", "torch.device('cuda', 0)"),
+        # float64 casts: on npu transfer names the first one that torch_npu turns into float32 (vendor_ops.py)
+        Row("x.double()", "untouched", "x.double()", "x.double()"),
+        Row("x.to(torch.float64)", "untouched", "x.to(torch.float64)", "x.to(torch.float64)"),
     ]
     if cpu:
         rows.append(Row("x.cuda() vs x.clone()", "info", "x.cuda()", "x.clone()"))
     else:
         rows.append(Row("h.cuda() (host tensor)", "translated", "h.cuda()", f"h.to('{v}:0')"))
+        # npu: Tensor.double is watched until the first cast of a device tensor (the row above: torch's own after)
+        rows.append(Row("h.double() (host tensor)", "untouched", "h.double()", "h.double()"))
+    # A collective the backend reduces itself: the cost of transfer's check (patches/collectives.py) on top of
+    # the backend's call (a 1-rank group; the collective's own cost is what a rank pays at any size).
+    rows.append(Row("dist.all_reduce(t) [float32]", "untouched", "dist.all_reduce(t32)", "dist.all_reduce(t32)"))
+    if target == "npu":  # hccl has no float64 reduction: transfer computes it (all_gather + host sum)
+        rows.append(Row("dist.all_reduce(float64) vs float32", "info", "dist.all_reduce(t64)", "dist.all_reduce(t32)"))
     # The cost of any Python layer: the least a wrapper around x.to(device) can add.
     rows.append(Row("floor: Python wrapper of x.to(dev)", "info", "floor(x, dev0)", "x.to(dev0)"))
     return rows
@@ -123,11 +147,23 @@ def _namespace(target: str) -> Dict[str, Any]:
     def floor(tensor, device):
         return native_to(tensor, device)
 
-    return {"torch": torch, "_x": x, "_h": h, "_model": model, "_dev0": dev0,
-            "_cuda0": torch.device("cuda", 0), "floor": floor}
+    def device_of(spec):
+        return torch.device(spec)  # called from this file: the user's code to transfer (frames.is_script)
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():  # a 1-rank group of the target's backend, made natively (transfer is off here)
+        from transfer.profiles import PROFILES
+
+        if target != "cpu":
+            getattr(torch, target).set_device(0)  # tccl wants the device set first
+        dist.init_process_group(PROFILES[target].backend, store=dist.HashStore(), rank=0, world_size=1)
+    return {"torch": torch, "dist": dist, "_x": x, "_h": h, "_model": model, "_dev0": dev0,
+            "_cuda0": torch.device("cuda", 0), "floor": floor, "_t32": torch.ones(256, device=dev0),
+            "_t64": torch.ones(256, dtype=torch.float64, device=dev0), "device_of": device_of}
 
 
-SETUP = "x = _x; h = _h; model = _model; dev0 = _dev0; cuda0 = _cuda0"
+SETUP = "x = _x; h = _h; model = _model; dev0 = _dev0; cuda0 = _cuda0; t32 = _t32; t64 = _t64"
 
 
 class Toggle:

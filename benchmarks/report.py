@@ -186,6 +186,13 @@ def table(results: Dict[str, Any]) -> str:
         lines.append("")
         lines.append("7. The CUDA-only packages' replacements / their backend called directly (median [q1-q3]; goal 1.1x)")
         lines.extend(thirdparty_line(target, rec) for target, rec in thirdparty.items())
+    standin = results.get("standin", {}).get("targets", {})
+    if standin:
+        from .standin import line as standin_line
+
+        lines.append("")
+        lines.append("11. The vendor stand-ins against the CPU they run on: device / CPU (median [q1-q3]; goal 1.5x per step)")
+        lines.extend(standin_line(target, rec) for target, rec in standin.items())
     migrate = results.get("migrate", {}).get("dirs", {})
     if migrate:
         from .migrate import line as migrate_line
@@ -212,7 +219,7 @@ def findings(results: Dict[str, Any]) -> List[str]:
             if res["summary"].get("inductor_failure_caused_by_shim"):
                 notes.append(f"compile[{target}]: inductor fails under the shim only: "
                              f"{res['summary']['inductor_failure_caused_by_shim'][:140]}")
-    for family in ("calls", "training", "compile", "memory", "calllog", "thirdparty"):
+    for family in ("calls", "training", "compile", "memory", "calllog", "thirdparty", "standin"):
         for target, res in results.get(family, {}).get("targets", {}).items():
             subs = {"": res}
             if family == "training" and isinstance(res, dict) and "single" in res:
@@ -263,6 +270,10 @@ def targets_missed(results: Dict[str, Any]) -> List[str]:
         for name, case in (rec.get("cases", {}) if C.is_ok(rec) else {}).items():
             if case.get("meets_target") is False:
                 missed.append(f"thirdparty[{target}] {name} {case['ratio']:.3f} > {case['target']}")
+    for target, rec in results.get("standin", {}).get("targets", {}).items():
+        for name, step in (rec.get("steps", {}) if C.is_ok(rec) else {}).items():
+            if step.get("meets_target") is False:
+                missed.append(f"standin[{target}] {name} step {step['ratio']:.2f}x > {step['target']}x")
     return missed
 
 

@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # python benchmarks/run.py
 
 from benchmarks import _common as C  # noqa: E402
 
-FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty", "migrate")
+FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty", "migrate", "standin")
 
 _PROBE = r"""
 import sys, time, json
@@ -151,7 +151,8 @@ def main(argv: List[str] = None) -> int:
 
     # With --quick the families may share the machine (jobs=2): the numbers are
     # meaningless then, but the suite is exercised end to end in half the time.
-    lanes = [["calls", "training", "calllog"], ["startup", "compile", "memory", "thirdparty", "migrate"]] if jobs > 1 \
+    lanes = [["calls", "training", "calllog"], ["startup", "compile", "memory", "thirdparty", "migrate", "standin"]] \
+        if jobs > 1 \
         else [list(FAMILIES)]
     lanes = [[f for f in lane if f in families] for lane in lanes]
     done: Dict[str, Any] = {}

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import Any, Callable, Dict
 
 if __package__ in (None, ""):  # python benchmarks/thirdparty.py
@@ -58,27 +57,12 @@ QUICK = {"repeats": 3, "block_s": 0.005, "min_calls": 1, "max_calls": 5}
 _KEEP = []
 
 
-def _block(fn: Callable[[], Any], calls: int) -> float:
-    start = time.process_time()
-    for _ in range(calls):
-        fn()
-    return (time.process_time() - start) / calls
-
-
 def _compare(ours: Callable[[], Any], theirs: Callable[[], Any], cfg: Dict[str, Any]) -> Dict[str, Any]:
     for fn in (ours, theirs):
         fn()
-    per_call = max(1e-7, _block(theirs, 3))
+    per_call = max(1e-7, C.per_call(theirs, 3))
     calls = int(min(cfg["max_calls"], max(cfg["min_calls"], cfg["block_s"] / per_call)))
-    shim, native, ratios = [], [], []
-    for repeat in range(cfg["repeats"]):
-        if repeat % 2:
-            b, a = _block(theirs, calls), _block(ours, calls)
-        else:
-            a, b = _block(ours, calls), _block(theirs, calls)
-        shim.append(a)
-        native.append(b)
-        ratios.append(a / b)
+    shim, native, ratios = C.interleaved(ours, theirs, cfg["repeats"], calls)
     record = C.ratio_record(shim, native, ratios, TARGET, unit_scale=1e6)
     record.update(status="ok", unit="us per call", calls_per_block=calls)
     return record

@@ -46,6 +46,8 @@ SUITES = {"tests": ("full suite, NVIDIA's container variables set", "nox -s test
           "compat": ("compat suite (`-m compat`)", "nox -s compat -- {torch}"),
           "standins": ("stand-in tests (`-m standins`)", "nox -s standins -- {torch}"),
           "engines": ("engine tests (DeepSpeed, FSDP, DTensor, DCP, multi-node: docs/engines.md)", "nox -s engines"),
+          "newest": ("newest torch on the package index: fast tier + stand-in smoke tests (`-m 'not slow or smoke'`)",
+                     "nox -s newest -- --force"),
           "gpu": ("full suite on an NVIDIA GPU, in NVIDIA's container", "python -m pytest tests"),
           "fast": ("fast tier (`-m 'not slow'`)", "nox -s fast"),
           "nvidia_env": ("fast tier, NVIDIA's variables set", "nox -s nvidia_env")}

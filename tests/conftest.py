@@ -15,6 +15,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # nox sessions run this suite from a copy of tests/ outside the checkout against the installed wheel.
 INSTALLED = os.environ.get("TESTING_INSTALLED_TRANSFER") == "1"
 VENDORS = os.path.join(ROOT, "tests", "vendors")
+
+
+def vendor_path(vendor):
+    """The PYTHONPATH entry of a machine with one accelerator: tests/vendors/only/<vendor> holds links to
+    torch_<vendor> (for xpu, in torch itself: sim_xpu and the dist-info that makes torch load it at `import
+    torch`) and the shared stand-in code, nothing else. A real machine has one vendor's plug-in, and
+    frameworks import every one they find (accelerate imports torch_sdaa whenever it can, DeepSpeed probes
+    torch_npu then torch_sdaa): with all of tests/vendors on the path they meet a second vendor, which the
+    stand-ins refuse in one process, as the real ones can never meet."""
+    return os.path.join(VENDORS, "only", vendor)
+
+
 EXAMPLES = os.path.join(ROOT, "examples")
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
 
@@ -22,6 +34,13 @@ SCRIPTS = os.path.join(ROOT, "tests", "scripts")
 STANDINS = hasattr(torch.utils, "generate_methods_for_privateuse1_backend")  # torch 2.0 has none
 NO_STANDINS = (f"torch {torch.__version__} has no PrivateUse1 mechanism (hooks interface, "
                "generate_methods_for_privateuse1_backend), so no vendor plug-in or stand-in exists for it")
+#: The xpu stand-in (tests/vendors/sim_xpu, torch's own device simulated) needs torch >= 2.8 (xccl in torch) and a
+#: torch built without XPU and without CUDA (in torch 2.15's CUDA build, DDP's backward on the simulated xpu device
+#: reaches the CUDA runtime: "CUDA driver version is insufficient"; users of xpu have torch's XPU build).
+XPU_STANDIN = (tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
+               and not getattr(torch._C, "_has_xpu", False) and torch.version.cuda is None)
+NO_XPU_STANDIN = (f"torch {torch.__version__}: the xpu stand-in needs torch >= 2.8 (xccl is in torch from 2.8) built "
+                  "without CUDA")
 
 
 def dynamo_traces_wrapper_checks() -> bool:
@@ -177,7 +196,9 @@ SUITE_SETTINGS = ("TRANSFER_HYPOTHESIS_PROFILE",)
 #: empty list hides the vendor's devices too; set the vendor's variable with it.
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 #: The stand-ins' (and the real runtimes') visible-devices variables.
-VISIBLE_DEVICES = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "sdaa": "SDAA_VISIBLE_DEVICES", "gcu": "TOPS_VISIBLE_DEVICES"}
+VISIBLE_DEVICES = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "sdaa": "SDAA_VISIBLE_DEVICES", "gcu": "TOPS_VISIBLE_DEVICES",
+                   "mlu": "MLU_VISIBLE_DEVICES", "musa": "MUSA_VISIBLE_DEVICES", "supa": "SUPA_VISIBLE_DEVICES",
+                   "xpu": "ZE_AFFINITY_MASK"}
 
 
 def no_gpu(target="cpu"):
@@ -187,6 +208,16 @@ def no_gpu(target="cpu"):
     if target in VISIBLE_DEVICES:
         env[VISIBLE_DEVICES[target]] = ",".join(str(i) for i in range(16))
     return env
+
+
+def target_env(target, **extra):
+    """clean_env for a child running a CUDA script under transfer's `target` (TRANSFER_DEVICE, quiet), on a
+    vendor as on a machine with that one accelerator and no GPU (`vendor_path`, `no_gpu`); a checkout's
+    PYTHONPATH stays behind the stand-in's."""
+    if target == "cpu":
+        return clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, **extra)
+    path = os.pathsep.join([vendor_path(target), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return clean_env(TRANSFER_DEVICE=target, TRANSFER_QUIET=1, PYTHONPATH=path, **{**no_gpu(target), **extra})
 
 
 def is_ambient(name):
@@ -297,6 +328,20 @@ def python(*args, **kwargs):
     return run([sys.executable, *args], **kwargs)
 
 
+def script_beside_a_library(tmp_path, script, library, vendor="npu"):
+    """stdout of the user's script `script` (train.py) under TRANSFER_DEVICE=`vendor` (its stand-in, 2 devices),
+    beside `devlib`, a library installed under site-packages whose source is `library`: transfer answers the
+    script as CUDA and the library as the plug-in (frames.is_script)."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "devlib.py").write_text(library)
+    (tmp_path / "train.py").write_text(script)
+    path = [VENDORS, str(site)] + ([] if INSTALLED else [ROOT])
+    env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=os.pathsep.join(path), TRANSFER_QUIET=1,
+                    SIM_ACCEL_DEVICE_COUNT=2)
+    return python(str(tmp_path / "train.py"), env=env, timeout=600).stdout
+
+
 def pytest_configure(config):
     # Tiers are selections: `-m "not slow"` is the fast tier (nox -s fast), everything is the full suite.
     config.addinivalue_line("markers", "compat: the compat suite, run on every torch of the matrix (nox -s compat)")
@@ -305,6 +350,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "standins: the vendor stand-ins' own tests, and scripts on them that must hold on "
                                        "every torch (nox -s standins runs them on the oldest and newest torch a "
                                        "stand-in exists for)")
+    config.addinivalue_line("markers", "smoke: the stand-in smoke tests (the extension builds, each stand-in's device "
+                                       "checks, 2-rank DDP over its backend, nanoGPT-style SDPA) that nox -s newest "
+                                       "runs beside the fast tier on the newest torch on the index")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,8 +9,8 @@ start-ups:
 * npu: the same, plus the recall: at least 20 different aten operations, forward and backward, made
   wrong in turn in the stand-in's kernels (k ULP, a wrong epsilon, a dropped term); the shadow check
   names exactly that operation and the line of the script that torch's own anomaly mode gives for it;
-  NaN injected: the non-finite watch names the operation; the two-run diff against the cpu record names
-  the injected operation;
+  NaN injected: the non-finite watch names the operation (the C watch and its Python twin alike); the
+  two-run diff against the cpu record names the injected operation;
 * npu, the LLaMA-style script (tests/scripts/accuracy/llama_train.py: RMSNorm, rotary embeddings,
   grouped-query attention, SwiGLU, bf16 autocast): the run untouched in float32, bfloat16 and float16, no
   finding; the recall over at least 20 different operations, forward and backward, under bf16 autocast;
@@ -152,7 +152,7 @@ def test_npu_recall_untouched_and_two_run_diff(cpu_record, tmp_path):
     _, record = cpu_record
     jobs = ["oracle"] + untouched_jobs(("float32", "bfloat16", "float16"))
     jobs += [f"shadow@{op}:{kind},phase={phase}#--dtype=float32" for op, phase, kind in RECALL]
-    jobs += [f"nonfinite@{op}:nan,phase={phase}#--dtype=float32" for op, phase in NAN]
+    jobs += [f"nonfinite{twin}@{op}:nan,phase={phase}#--dtype=float32" for op, phase in NAN for twin in ("", "!python")]
     jobs += [f"against:{record}@gelu:ulp=4096,phase=forward#--dtype=float32"]
     results = drive("npu", tmp_path, jobs)
     check_untouched(results, ("float32", "bfloat16", "float16"))
@@ -171,6 +171,10 @@ def test_npu_recall_untouched_and_two_run_diff(cpu_record, tmp_path):
         found = findings(injected[f"nonfinite@{op}:nan,phase={phase}#--dtype=float32"])
         assert found and found[0]["op"] == f"aten::{op}" and found[0]["phase"] == phase, (op, found)
         assert os.path.basename(found[0]["site"]) == oracle[f"{op}|{phase}"]
+        # the Python watch (the C one's twin, transfer/compare/watch.py) names the same operation, line, step
+        twin = findings(injected[f"nonfinite!python@{op}:nan,phase={phase}#--dtype=float32"])
+        keys = ("op", "site", "module", "phase", "step", "index")
+        assert twin and {k: twin[0][k] for k in keys} == {k: found[0][k] for k in keys}, (op, twin, found)
     found = findings(injected[f"against:{record}@gelu:ulp=4096,phase=forward#--dtype=float32"])
     assert found and found[0]["op"] == "aten::gelu" and found[0]["phase"] == "forward", found
     assert os.path.basename(found[0]["site"]) == oracle["gelu|forward"]

@@ -32,7 +32,7 @@ import pytest
 from conftest import SCRIPTS
 from test_e2e_matrix import (BACKENDS, CELL_NO_STANDINS, STANDINS, Cell, Outcome, check_digests, check_ok,  # noqa: F401
                              check_reports, check_stats, command, environment, expected_devices, extension, launch,
-                             torchrun, vendor_site)
+                             torchrun)
 
 pytestmark = pytest.mark.slow  # end-to-end jobs (the e2e matrix keeps one cell per way in in the fast tier)
 
@@ -69,8 +69,6 @@ def outcomes(request, tmp_path_factory):
     selected = [c for c in selected if c.profile == "cpu" or STANDINS]
     if any(c.profile != "cpu" for c in selected):
         request.getfixturevalue("extension")
-    for profile in {c.profile for c in selected if c.profile != "cpu"}:
-        vendor_site(profile, base)
     jobs = [(c, ()) for c in selected] + [(c, ("--cuda-graph", "off")) for c in selected if c.script == "graph"]
     with ThreadPoolExecutor(max_workers=int(os.environ.get("E2E_JOBS", "2"))) as pool:
         futures = {(c.id, args): pool.submit(run, c, base, args, "-eager" if args else "") for c, args in jobs}

@@ -19,7 +19,7 @@ from conftest import clean_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.slow  # python -m benchmarks --quick: minutes
-FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty")
+FAMILIES = ("calls", "training", "startup", "compile", "memory", "calllog", "thirdparty", "standin")
 TARGETS = ("cpu", "npu", "sdaa", "gcu")
 
 
@@ -175,3 +175,29 @@ def test_thirdparty_ratios(quick_run):
         assert _number(case["ratio"]) and case["ratio"] > 0 and case["backend"], (name, case)
     for target in TARGETS[1:]:
         assert _explicit(results[target]), results[target]
+
+
+def test_standin_ratios(quick_run):
+    """The npu stand-in against the CPU it runs on (issue 34's LSTM and transformer steps, per-op rows, start-up):
+    measured, or an explicit status where the stand-in cannot be built; the other vendors wait for full runs."""
+    data, _, _ = quick_run
+    results = data["standin"]["targets"]
+    assert set(results) == set(TARGETS)
+    assert _explicit(results["cpu"]) and results["cpu"]["status"].startswith("not applicable"), results["cpu"]
+    npu = results["npu"]
+    if npu.get("status") != "ok":
+        assert _explicit(npu) and not torch_has_privateuse1(), npu
+        return
+    assert set(npu["steps"]) == {"lstm", "transformer", "resnet"}, npu
+    for name, rec in [*npu["steps"].items(), *npu["ops"].items()]:
+        for key in ("ratio", "ratio_q1", "ratio_q3", "shim", "native"):
+            assert _number(rec[key]) and rec[key] > 0, (name, rec)
+    assert npu["startup"]["status"] == "ok", npu["startup"]
+    for key in ("import_standin_ms", "first_op_ms"):
+        assert _number(npu["startup"][key]["median"]), npu["startup"]
+    for target in ("sdaa", "gcu"):
+        assert _explicit(results[target]), results[target]
+
+
+def torch_has_privateuse1():
+    return hasattr(torch.utils, "generate_methods_for_privateuse1_backend")

@@ -52,8 +52,8 @@ def test_transfer_to_npu_imported_first_makes_install_refuse():
         print("active:", transfer.status()["active"], "patched by transfer:", hasattr(torch, "_transfer_active"))
     """)
     proc = python("-c", code, env=clean_env(PYTHONPATH=VENDORS, TRANSFER_QUIET=1))
-    assert "refused: torch_npu's transfer_to_npu (torch_npu.contrib.transfer_to_npu) has already patched torch" \
-        in proc.stdout, proc.stdout + proc.stderr
+    assert "refused: Huawei Ascend's CUDA migration module torch_npu.contrib.transfer_to_npu has already patched " \
+        "torch" in proc.stdout, proc.stdout + proc.stderr
     assert "Remove `from torch_npu.contrib import transfer_to_npu`" in proc.stdout
     assert "active: False patched by transfer: False" in proc.stdout
 
@@ -113,3 +113,50 @@ def test_transfer_to_npu_standin_behaves_as_the_real_one():
     out = proc.stdout
     assert "zeros npu:1 npu:0" in out and "names True True" in out, out + proc.stderr
     assert "npu_model.pt" in out and "upper case refused" in out and "script True False" in out
+
+
+SHIM_PROBE = """
+import sys, torch, transfer
+sys.path.insert(0, {site!r})
+import {module}
+try:
+    transfer.install("cpu")
+except transfer.ConflictError as exc:
+    print("refused before:", exc)
+del sys.modules[{module!r}]
+transfer.install("cpu")
+try:
+    import {module}
+except ImportError as exc:
+    print("refused after:", type(exc).__name__, exc)
+transfer.uninstall()
+import {module}
+print("imports after uninstall")
+"""
+
+
+def test_every_vendors_migration_module_is_refused_whichever_comes_first(tmp_path):
+    """Each profile's `migration_shims` (torch_npu's transfer_to_npu, torch_mlu's gpu_migration, torchada,
+    torch_supa's transfer_to_supa): an empty module under that name stands for it (what conflicts.py checks is
+    the name in sys.modules and the import), on the cpu target, so no stand-in is needed."""
+    from transfer.profiles import PROFILES
+
+    shims = {m: (p, fix) for p in PROFILES.values() for m, fix in p.migration_shims.items()}
+    assert {"torch_npu.contrib.transfer_to_npu", "torch_mlu.utils.gpu_migration", "torchada",
+            "torch_supa.contrib.transfer_to_supa"} <= set(shims)
+    for module, (profile, fix) in shims.items():
+        site = tmp_path / profile.name
+        site.mkdir(exist_ok=True)
+        path = site.joinpath(*module.split("."))
+        for parent in [site.joinpath(*module.split(".")[:i]) for i in range(1, module.count(".") + 1)]:
+            parent.mkdir(parents=True, exist_ok=True)
+            (parent / "__init__.py").write_text("")
+        path.with_suffix(".py").write_text("PATCHED = True\n")
+        proc = python("-c", SHIM_PROBE.format(site=str(site), module=module), env=clean_env(TRANSFER_QUIET=1))
+        out = proc.stdout
+        assert f"refused before: {profile.vendor}'s CUDA migration module {module} has already patched torch" \
+            in out, out + proc.stderr
+        assert f"refused after: ConflictError transfer is active in this process (CUDA calls run on its 'cpu' " \
+            f"target); importing {module} would patch torch a second time" in out, out + proc.stderr
+        assert out.count(fix[0].upper() + fix[1:]) == 2 and f"TRANSFER_DEVICE={profile.name}" in out, out
+        assert "imports after uninstall" in out, out + proc.stderr

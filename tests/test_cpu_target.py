@@ -419,3 +419,17 @@ def test_record_stream_with_a_cuda_stream_is_accepted(cpu_target):
     assert torch.equal(x, torch.ones(3))
     with pytest.raises((TypeError, RuntimeError)):
         x.record_stream("not a stream")
+
+
+def test_lazy_modules_move_before_their_first_forward(cpu_target):
+    """`nn.LazyLinear(4).to("cuda")` / `.cuda()` before the first forward, as on CUDA: the uninitialized
+    parameters move (torch lets them through Tensor.to/.cuda only) and materialize on the device."""
+    for move in (lambda m: m.to(torch.device("cuda")), lambda m: m.cuda()):
+        model = move(nn.LazyLinear(4))
+        assert isinstance(model.weight, nn.parameter.UninitializedParameter)
+        out = model(torch.ones(2, 3).cuda())
+        assert out.is_cuda and model.weight.shape == (4, 3) and model.weight.is_cuda
+    transfer = cpu_target
+    transfer.uninstall()
+    allowed = nn.parameter.UninitializedTensorMixin._allowed_methods
+    assert torch.Tensor.to in allowed and all(type(m).__module__ != "transfer.patches.tensor" for m in allowed)

@@ -1,4 +1,4 @@
-"""Device arguments the way trainers write them, on the cpu target.
+"""Device arguments the way trainers write them, on the cpu target and the vendors'.
 
 CUDA is the oracle: on a CUDA build ``torch.device(0)`` is ``cuda:0``; ``torch.cuda.set_device``
 and the device queries take a ``torch.cuda.device`` object (torch's ``_get_device_index`` reads
@@ -15,7 +15,10 @@ import sys
 import pytest
 import torch
 
-from conftest import VENDORS, clean_env, needs_standins
+from conftest import VENDORS, clean_env, needs_standins, script_beside_a_library
+
+#: torch >= 2.6 reads an int device as the accelerator's (a vendor's plug-in is the accelerator); before, as CUDA's.
+INT_IS_ACCELERATORS = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 6)
 
 
 def _native_int_device():
@@ -112,8 +115,8 @@ def test_transfer_cpu_devices_wins_over_cuda_visible_devices(install_cpu, monkey
 @needs_standins
 @pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
 def test_vendor_targets_int_devices_and_cuda_device_objects(vendor):
-    """A vendor's plug-in is torch's accelerator: torch.device(0) is <vendor>:0, as with the plug-in
-    alone (and cuda:0 on CUDA); a torch.cuda.device object is a device argument there too."""
+    """torch.device(0) is cuda:0 to the script, as on CUDA (torch's accelerator is the vendor's plug-in, whose
+    device torch >= 2.6 answers alone); a torch.cuda.device object is a device argument there too."""
     code = ("import torch\n"
             "print(torch.device(0), torch.device(1))\n"
             "torch.cuda.set_device(torch.cuda.device(1))\n"
@@ -121,7 +124,7 @@ def test_vendor_targets_int_devices_and_cuda_device_objects(vendor):
     env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == [f"{vendor}:0", f"{vendor}:1", "1", "0"], proc.stdout
+    assert proc.stdout.split() == ["cuda:0", "cuda:1", "1", "0"], proc.stdout
 
 
 def test_a_cuda_device_mesh_is_the_cpu_targets_and_uninstall_restores_it(install_cpu, monkeypatch):
@@ -144,3 +147,46 @@ def test_a_cuda_device_mesh_is_the_cpu_targets_and_uninstall_restores_it(install
     transfer.uninstall()
     assert DeviceMesh.__init__ is native
     assert DeviceMesh("cuda", [0], _init_backend=False).device_type == "cuda"
+
+
+DEVICE_MAP_SCRIPT = """\
+import os
+import torch
+import devlib  # a library, installed under site-packages
+
+local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+device_map = {"": local_rank}  # what transformers' device_map="auto" resolves to on one GPU
+device = torch.device(device_map[""])
+print("device", device, device == torch.device("cuda", local_rank), device.type == "cuda")
+model = torch.nn.Linear(4, 2).to(device)
+print("parameters", next(model.parameters()).device)
+print("library", devlib.device(1))
+
+
+def shifted(x):
+    return x + (1 if torch.device(local_rank) == torch.device("cuda", local_rank) else 2)
+
+
+x = torch.zeros(2, device=device)
+print("compiled", shifted(x).tolist(), torch.compile(shifted, backend="eager", fullgraph=True)(x).tolist())
+import transfer
+transfer.uninstall()
+torch._dynamo.reset()
+print("uninstalled", torch.device(0), devlib.device(1), torch.compile(shifted, backend="eager", fullgraph=True)(x).tolist())
+"""
+
+
+@needs_standins
+@pytest.mark.standins
+def test_a_device_map_int_device_is_cudas_to_the_script_on_npu(tmp_path):
+    """A `device_map`-style int device compared with a CUDA device, as a trainer writes it: on CUDA
+    torch.device(0) == torch.device("cuda", 0). On npu the script sees the same in eager and compiled code (and the
+    model still lands on npu:0); a library keeps the plug-in's answer, and uninstall gives torch's back."""
+    out = script_beside_a_library(tmp_path, DEVICE_MAP_SCRIPT,
+                                  "import torch\n\ndef device(index):\n    return torch.device(index)\n")
+    native = "npu" if INT_IS_ACCELERATORS else "cuda"  # the plug-in alone: torch's own answer
+    assert out.splitlines() == ["device cuda:0 True True", "parameters npu:0", f"library {native}:1",
+                                "compiled [1.0, 1.0] [1.0, 1.0]",
+                                f"uninstalled {native}:0 {native}:1 " + ("[2.0, 2.0]" if native == "npu" else "[1.0, 1.0]")
+                                ], out
+

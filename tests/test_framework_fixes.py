@@ -13,14 +13,13 @@
 
 import inspect
 import json
-import os
 import textwrap
 import typing
 
 import pytest
 import torch
 
-from conftest import VENDORS, clean_env, free_port, needs_standins, python
+from conftest import clean_env, free_port, needs_standins, python, vendor_path
 from transfer.errors import TransferError, UnsupportedCudaAPI
 
 
@@ -101,11 +100,7 @@ SCRIPTED_ON_VENDOR = textwrap.dedent("""
 def test_scripted_cuda_device_runs_on_the_vendor_device(vendor, tmp_path):
     script = tmp_path / "scripted.py"
     script.write_text(SCRIPTED_ON_VENDOR)
-    site = tmp_path / "site"
-    site.mkdir()
-    for name in (f"torch_{vendor}", "_sim_accel"):
-        os.symlink(os.path.join(VENDORS, name), site / name)
-    proc = python(str(script), env=clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=str(site), TRANSFER_QUIET=1),
+    proc = python(str(script), env=clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=vendor_path(vendor), TRANSFER_QUIET=1),
                   timeout=600)
     assert proc.stdout.strip() == f"{vendor}:1 [0.0, 1.0, 2.0]", proc.stderr
 
@@ -218,12 +213,8 @@ MESH_WITHOUT_SET_DEVICE = textwrap.dedent("""
 def test_tccl_device_is_set_for_groups_torch_creates(disable, tmp_path):
     script = tmp_path / "mesh.py"
     script.write_text(MESH_WITHOUT_SET_DEVICE)
-    site = tmp_path / "site"
-    site.mkdir()
-    for name in ("torch_sdaa", "_sim_accel"):
-        os.symlink(os.path.join(VENDORS, name), site / name)
     stats = tmp_path / "stats"
-    env = clean_env(TRANSFER_DEVICE="sdaa", PYTHONPATH=str(site), TRANSFER_QUIET=1, TRANSFER_DISABLE=disable,
+    env = clean_env(TRANSFER_DEVICE="sdaa", PYTHONPATH=vendor_path("sdaa"), TRANSFER_QUIET=1, TRANSFER_DISABLE=disable,
                     SIM_ACCEL_STATS_DIR=str(stats),
                     RANK=0, WORLD_SIZE=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
     env.pop("LOCAL_RANK", None)

@@ -2,10 +2,13 @@
 (DeepLearningExamples' GPU affinity and l2_promote, wandb-style memory and utilization polling)."""
 
 import ctypes
+import importlib.machinery
+import json
+import os
 
 import pytest
 
-from conftest import NO_STANDINS, STANDINS, VENDORS, clean_env, python
+from conftest import NO_STANDINS, STANDINS, VENDORS, clean_env, no_gpu, python
 
 
 def test_pynvml_answers_for_the_cpu_target(cpu_target):
@@ -88,3 +91,80 @@ def test_pynvml_answers_for_the_npu_stand_in():
 
 def torch_name_of(stdout):
     return stdout.strip().split(" ", 1)[1].rsplit(" ", 1)[0]
+
+
+#: The real nvidia-ml-py (NVIDIA's containers hold it; nvitop and gpustat install it), pinned in tests/constraints.txt:
+#: nox installs it beside the venv and names the folder in TRANSFER_TEST_NVML; without nox, one installed here.
+REAL_NVML = os.environ.get("TRANSFER_TEST_NVML") or ""
+HAS_REAL_NVML = bool(REAL_NVML) or importlib.machinery.PathFinder.find_spec("pynvml") is not None
+NO_REAL_NVML = ("nvidia-ml-py is not installed (nox installs the version tests/constraints.txt pins and names its "
+                "folder in TRANSFER_TEST_NVML; or: pip install -c tests/constraints.txt nvidia-ml-py)")
+#: A monitoring script as users write it: torch first (torch/cuda itself imports pynvml where it is installed) or
+#: pynvml first, then NVML's device loop, with the except clause monitoring tools write.
+MONITOR = """
+import json
+{imports}
+try:
+    pynvml.nvmlInit()
+    count = pynvml.nvmlDeviceGetCount()
+    devices = []
+    for i in range(count):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        devices.append([pynvml.nvmlDeviceGetName(handle), memory.total > 0, memory.used + memory.free == memory.total])
+    pynvml.nvmlShutdown()
+    outcome = {{"count": count, "devices": devices}}
+except pynvml.NVMLError_LibraryNotFound as err:
+    outcome = {{"error": str(err)}}
+outcome["torch"] = [torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]]
+print("MONITOR " + json.dumps(outcome))
+"""
+ORDERS = {"torch first": "import torch, pynvml", "pynvml first": "import pynvml\nimport torch"}
+STANDIN = [pytest.mark.slow, pytest.mark.skipif(not STANDINS, reason=NO_STANDINS)]
+
+
+def monitor(order, **env):
+    path = [p for p in (env.pop("PYTHONPATH", None), REAL_NVML, os.environ.get("PYTHONPATH")) if p]  # a checkout's
+    proc = python("-c", MONITOR.format(imports=ORDERS[order]), timeout=600, check=False,
+                  env=clean_env(TRANSFER_QUIET="1", PYTHONPATH=os.pathsep.join(path) or None, **env))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("MONITOR ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(lines[-1][len("MONITOR "):])
+
+
+@pytest.mark.skipif(not HAS_REAL_NVML, reason=NO_REAL_NVML)
+@pytest.mark.parametrize("target, order", [("cpu", "torch first"), ("cpu", "pynvml first"),
+                                           pytest.param("npu", "torch first", marks=STANDIN),
+                                           pytest.param("npu", "pynvml first", marks=STANDIN),
+                                           pytest.param("sdaa", "torch first", marks=STANDIN),
+                                           pytest.param("gcu", "torch first", marks=STANDIN)])
+def test_pynvml_answers_for_the_target_with_nvidia_ml_py_installed(target, order):
+    """`import torch` imports the real pynvml itself (torch/cuda/__init__.py) before transfer installs: NVML's
+    calls still answer for the target's devices, whichever the script imports first, on every target."""
+    outcome = monitor(order, TRANSFER_DEVICE=target, PYTHONPATH=VENDORS if target != "cpu" else None,
+                      **no_gpu(target))
+    count, names = outcome["torch"]
+    assert "error" not in outcome, outcome  # NVMLError_LibraryNotFound: the real NVML answered
+    assert outcome["count"] == count >= 2, outcome
+    assert outcome["devices"] == [[name, True, True] for name in names], outcome
+
+
+@pytest.mark.skipif(not HAS_REAL_NVML, reason=NO_REAL_NVML)
+def test_pynvml_is_nvidia_ml_py_without_transfer_and_after_uninstall():
+    """Without transfer the script gets nvidia-ml-py itself (what these tests install is the real one), and
+    transfer.uninstall() puts it back where install took it over: sys.modules and torch.cuda."""
+    script = ("import torch, pynvml, sys\nreal = pynvml.__file__\nimport transfer\ntransfer.install('cpu')\n"
+              "import pynvml as served\nserved.nvmlInit()\nprint('OURS', served.nvmlDeviceGetCount(), "
+              "torch.cuda.pynvml is served)\ntransfer.uninstall()\nimport pynvml as after\n"
+              "print('BACK', after.__file__ == real, torch.cuda.pynvml.__file__ == real, "
+              "after.nvmlExceptionClass(12).__name__)")
+    path = [p for p in (REAL_NVML, os.environ.get("PYTHONPATH")) if p]
+    env = clean_env(TRANSFER_QUIET="1", PYTHONPATH=os.pathsep.join(path) or None, **no_gpu())
+    plain = python("-c", "import torch, pynvml; print('REAL', pynvml.__file__, torch.cuda.pynvml is pynvml)",
+                   env=env, timeout=300)
+    real_file = plain.stdout.split()[1]
+    assert plain.stdout.split()[2] == "True" and "transfer" not in real_file.split(os.sep), plain.stdout
+    assert importlib.machinery.PathFinder.find_spec("pynvml", [REAL_NVML] if REAL_NVML else None).origin == real_file
+    proc = python("-c", script, env=env, timeout=300)
+    assert "OURS 2 True" in proc.stdout and "BACK True True NVMLError_LibraryNotFound" in proc.stdout, \
+        proc.stdout + proc.stderr[-3000:]

@@ -73,10 +73,12 @@ def test_the_wheel_is_one_abi3_build_with_the_c_stand_ins(wheel):
     tag = os.path.basename(wheel).split("-", 2)[2]
     if tag.startswith("py3-none-any"):
         assert not (shutil.which("cc") or shutil.which("gcc")), f"a C compiler is here, yet the wheel is pure: {tag}"
-        assert not [n for n in names if "_fastcalls" in n and n.endswith((".so", ".pyd"))]
+        assert not [n for n in names if ("_fastcalls" in n or "_watch" in n) and n.endswith((".so", ".pyd"))]
         return
     assert tag.startswith("cp38-abi3-"), tag
     assert [n for n in names if n.startswith("transfer/_fastcalls.") and n.endswith((".abi3.so", ".pyd"))], names
+    # the accuracy mode's per-operation path (transfer/compare/watch.py), built the same way
+    assert [n for n in names if n.startswith("transfer/compare/_watch.") and n.endswith((".abi3.so", ".pyd"))], names
 
 
 def test_the_copy_under_test_is_the_installed_one():

@@ -28,8 +28,8 @@ RUNNERS = {
         ("noxfile.py", ['"port", os.path.join(ROOT, "examples"), "--device", "npu"', '"--out"'])],
     "pip install nox": [(".ci/run", ['pip install "nox'])],
     "nox -s fast": [("noxfile.py", ["def fast(", 'FAST = ("-m", "not slow")'])],
-    "nox": [("noxfile.py", ['nox.options.sessions = ["tests", "nvidia_env", "compat", "standins", "quickstart"]']),
-            (".ci/run", ["nox -s tests", "nox -s compat", "nox -s standins", "nox -s quickstart"])],
+    "nox": [("noxfile.py", ['nox.options.sessions = ["tests", "nvidia_env", "compat", "standins", "quickstart", "newest"]']),
+            (".ci/run", ["nox -s tests", "nox -s compat", "nox -s standins", "nox -s quickstart", "nox -s newest"])],
 }
 #: Written with its own check of the module map (it names every module of transfer/).
 CHECKED_ELSEWHERE = {"docs/architecture.md"}

@@ -19,7 +19,7 @@ import torch
 
 from conftest import SCRIPTS, VENDORS, clean_env, needs_standins, no_gpu, python
 
-pytestmark = pytest.mark.standins  # nox -s standins: torch 2.1.2 and 2.14.1 (a CUDA build)
+pytestmark = [pytest.mark.standins, pytest.mark.smoke]  # nox -s standins (2.1.2, 2.15.0) and nox -s newest
 
 SCRIPT = os.path.join(SCRIPTS, "gpt_sdpa.py")
 TARGETS = ("cpu", "npu", "sdaa", "gcu")

@@ -3,6 +3,7 @@ replaces behaves on every profile as the table classes it."""
 
 import inspect
 import logging
+import re
 import types
 
 import pytest
@@ -17,7 +18,7 @@ from transfer.patches import PatchContext, cuda_namespace
 from transfer.profiles import PROFILES
 from transfer.registry import Registry
 
-from conftest import needs_standins
+from conftest import NO_XPU_STANDIN, XPU_STANDIN, needs_standins
 
 
 def _vendor_module(profile):
@@ -77,7 +78,8 @@ def patched(request, monkeypatch):
 
 def test_every_patched_name_behaves_as_the_table_says(patched, caplog):
     profile, runtime, registry = patched
-    names = [r.attribute for r in registry.records() if r.name.startswith("cuda_namespace.") and r.attribute != "nvtx"]
+    names = [r.attribute for r in registry.records()  # torch.version.cuda too on a CUDA build: not torch.cuda's
+             if r.name.startswith("cuda_namespace.") and r.owner is torch.cuda and r.attribute != "nvtx"]
     assert len(names) > 60
     caplog.set_level(logging.WARNING, logger="transfer")
     for name in names:
@@ -130,6 +132,18 @@ def test_every_row_has_a_class_and_reason_per_profile():
         support.lookup("npu", "Tensor.frobnicate")
 
 
+def test_a_target_built_into_torch_is_named_as_torch_in_every_row():
+    """xpu has no plug-in package (Profile.package None): no row may print "None" where the package goes."""
+    builtin = [p for p in PROFILES.values() if p.package is None and not p.is_cpu]
+    assert builtin, "no target built into torch"
+    for api, row in support.table():
+        for profile in builtin:
+            entry = row[profile.name]
+            # where a row names the plug-in ("{pkg}'s graph API", "{pkg} has no ..."); other Nones are values
+            assert not re.search(r"None's|\bNone (has|is|for|without)\b|import None|\ba None\b",
+                                 f"{entry.to} {entry.reason}"), (api, entry)
+
+
 _STANDIN_NAMES = r"""
 import importlib, json, sys, torch
 package = importlib.import_module(sys.argv[1])
@@ -142,7 +156,8 @@ print(json.dumps({"names": sorted(n for n in dir(module) if not n.startswith("__
 
 
 @needs_standins
-@pytest.mark.parametrize("profile", [p for p in PROFILES if not PROFILES[p].is_cpu])
+@pytest.mark.parametrize("profile", [pytest.param(p, marks=pytest.mark.skipif(
+    PROFILES[p].package is None and not XPU_STANDIN, reason=NO_XPU_STANDIN)) for p in PROFILES if not PROFILES[p].is_cpu])
 def test_vendor_columns_match_the_stand_in(profile):
     """The table's vendor column is what the stand-in's torch.<device> has (the stand-ins mirror the
     vendors' published modules), and the profile's backend quirks are the stand-in's."""
@@ -151,11 +166,13 @@ def test_vendor_columns_match_the_stand_in(profile):
     import subprocess
     import sys
 
-    from conftest import VENDORS, clean_env
+    from conftest import VENDORS, clean_env, vendor_path
 
     p = PROFILES[profile]
-    proc = subprocess.run([sys.executable, "-c", _STANDIN_NAMES, p.package], env=clean_env(PYTHONPATH=VENDORS),
-                          capture_output=True, text=True, timeout=900, cwd=os.path.dirname(VENDORS))
+    standin = p.package or f"sim_{p.name}"  # a device built into torch (xpu): its stand-in, loaded at import torch
+    proc = subprocess.run([sys.executable, "-c", _STANDIN_NAMES, standin],
+                          env=clean_env(PYTHONPATH=vendor_path(profile)), capture_output=True, text=True,
+                          timeout=900, cwd=os.path.dirname(VENDORS))
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     has = {n for n in support.CUDA_NAMES if n in found["names"]}

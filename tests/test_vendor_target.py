@@ -6,16 +6,29 @@ import sys
 import pytest
 import torch
 
-from conftest import INSTALLED, NO_STANDINS, ROOT, SCRIPTS, STANDINS, VENDORS, clean_env, console_script, python, run
+from conftest import (INSTALLED, NO_STANDINS, NO_XPU_STANDIN, ROOT, SCRIPTS, STANDINS, VENDORS, XPU_STANDIN, clean_env,
+                      console_script, python, run, script_beside_a_library, vendor_path)
 
 pytestmark = [pytest.mark.skipif(not STANDINS, reason=NO_STANDINS), pytest.mark.slow]  # every test runs a stand-in
 
 
-@pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
+@pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu", "mlu", "musa", "supa",
+                                    pytest.param("xpu", marks=pytest.mark.skipif(not XPU_STANDIN, reason=NO_XPU_STANDIN))])
 def test_cuda_namespace_maps_to_the_vendor(vendor):
-    env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
+    env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=vendor_path(vendor), TRANSFER_QUIET=1)
     proc = python(os.path.join(SCRIPTS, "vendor_probe.py"), env=env, timeout=600)
     assert "PROBE OK" in proc.stdout
+
+
+@pytest.mark.standins  # torch 2.15 warned at every start of a stand-in process
+@pytest.mark.parametrize("vendor", ["npu", "sdaa", "gcu"])
+def test_a_cuda_script_on_a_standin_starts_without_torchs_kernel_override_warning(vendor):
+    """A plug-in registers each of its kernels once (torch_npu's record_stream: in C++): torch 2.15 printed
+    "Overriding a previously registered kernel ... aten::record_stream ... PrivateUse1" in every process."""
+    env = clean_env(TRANSFER_DEVICE=vendor, PYTHONPATH=VENDORS, TRANSFER_QUIET=1)
+    proc = python("-W", "default", "-c", "import torch; print(torch.ones(2).cuda().device)", env=env, timeout=600)
+    assert proc.stdout.split() == [f"{vendor}:0"], proc.stdout + proc.stderr
+    assert "Overriding a previously registered kernel" not in proc.stderr, proc.stderr
 
 
 def test_auto_picks_an_importable_vendor_with_devices():
@@ -130,13 +143,8 @@ def test_torch_accelerator_is_cuda_to_the_script_and_the_vendor_to_torch_and_lib
     ``device.type == 'cuda'``. Under transfer its own calls answer cuda, in eager and compiled code alike; torch
     (DataParallel's streams here) and libraries keep the plug-in's device; uninstall gives torch's back, to
     torch.compile too."""
-    site = tmp_path / "site-packages"
-    site.mkdir()
-    (site / "devlib.py").write_text("import torch\n\ndef device():\n    return torch.accelerator.current_accelerator()\n")
-    (tmp_path / "train.py").write_text(ACCELERATOR_SCRIPT)
-    path = [VENDORS, str(site)] + ([] if INSTALLED else [ROOT])
-    env = clean_env(TRANSFER_DEVICE="npu", PYTHONPATH=os.pathsep.join(path), TRANSFER_QUIET=1, SIM_ACCEL_DEVICE_COUNT=2)
-    out = python(str(tmp_path / "train.py"), env=env, timeout=600).stdout
+    out = script_beside_a_library(tmp_path, ACCELERATOR_SCRIPT,
+                                  "import torch\n\ndef device():\n    return torch.accelerator.current_accelerator()\n")
     assert out.splitlines() == ["script cuda cuda True 2", "library npu", "exec cuda", "tensor npu:0 True 1",
                                 "torch True", "compiled [2.0, 2.0] [2.0, 2.0]",
                                 "uninstalled npu npu [3.0, 3.0] [3.0, 3.0]"], out

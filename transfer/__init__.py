@@ -1,5 +1,5 @@
-"""transfer: run unmodified CUDA PyTorch scripts on Ascend (npu), Tecorigin
-(sdaa), Enflame (gcu) accelerators, or on the CPU.
+"""transfer: run unmodified CUDA PyTorch scripts on other accelerators (one profile each,
+transfer/profiles.py) or on the CPU.
 
 Public API::
 
@@ -246,6 +246,9 @@ def status() -> Dict[str, Any]:
         ctx = _active
         info: Dict[str, Any] = dict(_outcome)
         if ctx is None:
+            watch = getattr(_plan, "fallbacks", None)
+            if watch is not None:  # the rehearsal on CUDA: what would run on the CPU on the planned target
+                info["fallbacks"] = watch.rows()
             return info
         from .devices import translations_table
 
@@ -261,6 +264,11 @@ def status() -> Dict[str, Any]:
             substitutions=dict(ctx.substitutions),
             translations=translations_table(ctx.target),
         )
+        watch = getattr(ctx, "fallbacks", None)
+        if watch is not None:  # patches/vendor_ops.py: operators the plug-in runs on the CPU
+            info["fallbacks"] = watch.rows()
+            if watch.status():
+                info["fallbacks_note"] = watch.status()
         if getattr(ctx, "log", None) is not None:
             info["call_sites"] = list(ctx.log.records)
         return info
@@ -279,6 +287,13 @@ def report() -> str:
         lines.append(f"  env {name}={value}")
     for what, instead in info["substitutions"].items():
         lines.append(f"  {what} runs as {instead}")
+    for row in info.get("fallbacks", ()):
+        via = f" ({', '.join(row['apis'][:2])})" if row["apis"] else ""
+        where = f"would run on the CPU on {row['plan']}" if row.get("plan") else "runs on the CPU"
+        lines.append(f"  {row['op']}{via} {where}: {row['calls']} call(s), first at {row['first_site']} "
+                     f"({row['why'].split(':')[0]})")
+    if info.get("fallbacks_note"):
+        lines.append(f"  {info['fallbacks_note']}")
     for row in info["translations"]:
         lines.append(f"  {row['api']}: {row['argument']} -> {row['to']}  (first at {row['first_site']})")
     for site in info.get("call_sites", ()):
@@ -335,7 +350,11 @@ def _banner(ctx) -> None:
 def _write_report(path: str) -> None:
     import json
 
-    path = path.replace("{pid}", str(os.getpid())).replace("{rank}", os.environ.get("RANK", "0"))
+    from .settings import report_file
+
+    path = report_file(path)
+    if path is None:  # torchrun's launcher: its ranks write theirs
+        return
     try:
         with open(path, "w") as fh:
             json.dump(status(), fh, indent=2, default=str)

@@ -729,12 +729,16 @@ make(PyObject *module, PyObject *args)
     return (PyObject *)fc;
 }
 
-/* torch.device(N) on the cpu target (patches/accelerator.py). torch >= 2.6 resolves an int device to
- * "the accelerator" (at::getAccelerator(true)), which a CPU-only build of torch does not have: it
- * raises "Cannot access accelerator device when none is available", where a CUDA build answers
- * cuda:N. torch.device is a static C type whose __new__ cannot be set from Python, so its tp_new
- * slot is swapped for device_new, which passes ("cuda", N) for a lone non-negative int and
- * everything else, unchanged, to torch's own tp_new (errors included). The slot is reached through
+/* torch.device(N) as on a CUDA build: cuda:N (patches/accelerator.py). torch >= 2.6 resolves an int
+ * device to "the accelerator" (at::getAccelerator(true)): a CPU-only build of torch has none and
+ * raises "Cannot access accelerator device when none is available", and where a vendor's plug-in is
+ * loaded it is the plug-in's device (npu:N), where a CUDA build answers cuda:N. torch.device is a
+ * static C type whose __new__ cannot be set from Python, so its tp_new slot is swapped for
+ * device_new, which passes ("cuda", N) for a lone non-negative int and everything else, unchanged,
+ * to torch's own tp_new (errors included). On the cpu target every such call is answered so; on a
+ * vendor target only the user's script's (torch and libraries keep the plug-in's answer): the
+ * calling frame's file is looked up in frames.SCRIPT_VERDICTS (1 the script, 0 not), and
+ * frames.is_script(frame) decides a file not seen yet. The slot is reached through
  * the layout CPython's PyTypeObject has had from 3.0 to 3.14 up to tp_new (not declared by the
  * limited API), checked on the type's name (and on 3.10+ against PyType_GetSlot) first. */
 typedef struct {
@@ -758,8 +762,46 @@ typedef struct {
 } type_head;
 
 static newfunc native_device_new;
-static PyObject *s_cuda;
+static PyObject *s_cuda, *s_f_code, *s_co_filename;
 static long python_minor;
+static PyObject *script_verdicts;  /* vendor targets: frames.SCRIPT_VERDICTS; NULL on the cpu target */
+static PyObject *ask_script;       /* frames.is_script, for a file script_verdicts does not hold yet */
+
+/* 1 when torch.device(N) is being called by the user's script (always, without script_verdicts), 0 when by
+ * torch, a library or C code (no Python frame), -1 with an exception set. */
+static int
+called_by_script(void)
+{
+    PyObject *frame, *code, *filename, *known, *answer;
+    int verdict;
+    if (script_verdicts == NULL)
+        return 1;
+    frame = (PyObject *)PyEval_GetFrame();  /* borrowed: the Python frame that called torch.device */
+    if (frame == NULL)
+        return 0;
+    code = PyObject_GetAttr(frame, s_f_code);
+    if (code == NULL)
+        return -1;
+    filename = PyObject_GetAttr(code, s_co_filename);
+    Py_DECREF(code);
+    if (filename == NULL)
+        return -1;
+    known = PyDict_GetItemWithError(script_verdicts, filename);  /* borrowed */
+    Py_DECREF(filename);
+    if (known == NULL && PyErr_Occurred())
+        return -1;
+    if (known != NULL && PyLong_Check(known)) {
+        long value = PyLong_AsLong(known);
+        if (value == 0 || value == 1)
+            return (int)value;
+    }
+    answer = PyObject_CallFunctionObjArgs(ask_script, frame, NULL);  /* a new file, or code from a string */
+    if (answer == NULL)
+        return -1;
+    verdict = PyObject_IsTrue(answer);
+    Py_DECREF(answer);
+    return verdict;
+}
 
 static PyObject *
 device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -771,6 +813,11 @@ device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             if (index == -1 && PyErr_Occurred())
                 PyErr_Clear();  /* out of range: torch's own parser says so */
             else if (index >= 0) {
+                int mine = called_by_script();
+                if (mine < 0)
+                    return NULL;
+                if (!mine)
+                    return native_device_new(type, args, kwds);
                 pair = PyTuple_Pack(2, s_cuda, arg);
                 if (pair == NULL)
                     return NULL;
@@ -783,15 +830,20 @@ device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return native_device_new(type, args, kwds);
 }
 
-/* int_device(type, on): swap (on) or restore (off) torch.device's tp_new; True when it changed. */
+/* int_device(type, on[, verdicts, ask]): swap (on) or restore (off) torch.device's tp_new; True when it
+ * changed. With `verdicts` and `ask` (a vendor target) only the user's script's calls are answered cuda:N. */
 static PyObject *
 int_device(PyObject *module, PyObject *args)
 {
-    PyObject *type;
+    PyObject *type, *verdicts = Py_None, *ask = Py_None;
     int on;
     type_head *head;
-    if (!PyArg_ParseTuple(args, "Op", &type, &on))
+    if (!PyArg_ParseTuple(args, "Op|OO", &type, &on, &verdicts, &ask))
         return NULL;
+    if ((verdicts == Py_None) != (ask == Py_None) || (verdicts != Py_None && !PyDict_Check(verdicts))) {
+        PyErr_SetString(PyExc_TypeError, "verdicts (a dict) and ask (a callable) go together");
+        return NULL;
+    }
     if (!PyType_Check(type)) {
         PyErr_SetString(PyExc_TypeError, "a type is required");
         return NULL;
@@ -808,6 +860,14 @@ int_device(PyObject *module, PyObject *args)
     if (on) {
         if (head->tp_new == device_new)
             Py_RETURN_FALSE;
+        Py_CLEAR(script_verdicts);
+        Py_CLEAR(ask_script);
+        if (verdicts != Py_None) {
+            Py_INCREF(verdicts);
+            Py_INCREF(ask);
+            script_verdicts = verdicts;
+            ask_script = ask;
+        }
         native_device_new = head->tp_new;
         head->tp_new = device_new;
     }
@@ -815,6 +875,8 @@ int_device(PyObject *module, PyObject *args)
         if (head->tp_new != device_new)
             Py_RETURN_FALSE;
         head->tp_new = native_device_new;
+        Py_CLEAR(script_verdicts);
+        Py_CLEAR(ask_script);
     }
     PyType_Modified((PyTypeObject *)type);
     Py_RETURN_TRUE;
@@ -824,7 +886,8 @@ static PyMethodDef module_methods[] = {
     {"make", make, METH_VARARGS,
      "make(kind, twin, original, last, plain, cache, spec_types, current, flag): a FastCall (see the C source)"},
     {"int_device", int_device, METH_VARARGS,
-     "int_device(torch.device, on): torch.device(N) as cuda:N (on) or torch's own (off); True when changed"},
+     "int_device(torch.device, on[, verdicts, ask]): torch.device(N) as cuda:N (on; with verdicts and ask, for "
+     "the user's script alone) or torch's own (off); True when changed"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -842,7 +905,9 @@ PyInit__fastcalls(void)
     s_non_blocking = PyUnicode_InternFromString("non_blocking");
     s_qualname = PyUnicode_InternFromString("__qualname__");
     s_cuda = PyUnicode_InternFromString("cuda");
-    if (!s_device || !s_generator || !s_non_blocking || !s_qualname || !s_cuda)
+    s_f_code = PyUnicode_InternFromString("f_code");
+    s_co_filename = PyUnicode_InternFromString("co_filename");
+    if (!s_device || !s_generator || !s_non_blocking || !s_qualname || !s_cuda || !s_f_code || !s_co_filename)
         return NULL;
     types = PyImport_ImportModule("types");
     if (types == NULL)

@@ -73,10 +73,13 @@ _AREAS = ("cuda_namespace", "tensor", "module", "factories", "distributed", "amp
 _LEFT = {
     "cuda_namespace.nvtx": "a namespace of no-op markers, not a call",
     "ddp.sync_batchnorm_check": "torch's own hook inside DDP construction, which is logged",
-    "data_parallel.forward": "per step; DataParallel construction is logged with what it became",
+    **{f"data_parallel.{step}": "torch's own steps inside DataParallel / data_parallel, whose calls are logged"
+       for step in ("scatter", "gather", "replicate", "parallel_apply", "parallel_apply_public",
+                    "parallel_apply_module")},
     "sync_batchnorm.forward": "per step; SyncBatchNorm construction is logged",
     "amp.autocast_state": "entering an autocast region, whose construction is logged",
     "amp.autocast_state_exit": "leaving an autocast region, whose construction is logged",
+    "distributed.flight_recorder": "torch's own hook inside init_process_group (torch >= 2.15), which is logged",
 }
 _DEVICE_KEYS = ("device", "map_location", "device_type", "device_id", "pin_memory_device")
 
@@ -91,11 +94,15 @@ _ROWS = {
     "torch.distributed.is_nccl_available": "torch.distributed.is_nccl_available",
     "DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
     "DataParallel": "torch.nn.DataParallel", "SyncBatchNorm": "torch.nn.SyncBatchNorm",
+    "torch.nn.parallel.data_parallel": "torch.nn.parallel.data_parallel",
+    "torch.nn.parallel.data_parallel.data_parallel": "torch.nn.parallel.data_parallel",
     "DataLoader": "DataLoader(pin_memory=True)", "torch.Generator": "torch.Generator('cuda')",
     "torch.set_default_device": "torch.set_default_device('cuda')",
     "with torch.device": "torch.set_default_device('cuda')",
+    "torch.version.cuda": "torch.version.cuda",  # replaced on CUDA builds of torch (patches/cuda_namespace.py)
 }
-_ALWAYS_ROWS = ("torch.distributed.is_nccl_available", "torch.nn.SyncBatchNorm", "torch.nn.DataParallel")
+_ALWAYS_ROWS = ("torch.distributed.is_nccl_available", "torch.nn.SyncBatchNorm", "torch.nn.DataParallel",
+                "torch.nn.parallel.data_parallel")
 
 
 class CallLog:
@@ -117,14 +124,18 @@ class CallLog:
     def path(self) -> str:
         return self.sink.path()
 
-    def add(self, api: str, frame, args: Optional[tuple], kwargs: dict, cls: str, became: str) -> None:
-        """Record `api` called at `frame` (args None: an attribute read, shown without parentheses)."""
+    def add(self, api: str, frame, args: Optional[tuple], kwargs: dict, cls: str, became: str,
+            reason: Optional[str] = None) -> None:
+        """Record `api` called at `frame` (args None: an attribute read, shown without parentheses); `reason`:
+        why, for what the support table has no row of (patches/vendor_ops.py: CPU fallbacks, float64 casts)."""
         filename, line = frame.f_code.co_filename, frame.f_lineno
         record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rank": None, "pid": os.getpid(),
                   "site": f"{filename}:{line}", "source": linecache.getline(filename, line).strip(),
                   "class": cls, "call": api if args is None else f"{api}({_args(args, kwargs)})", "became": became}
         if self.plan is not None:  # the rehearsal's answer: what the planned target does, and why
-            record.update(plan=self.plan.name, reason=_support(self, api).reason)
+            record.update(plan=self.plan.name, reason=reason if reason is not None else _support(self, api).reason)
+        elif reason is not None:
+            record["reason"] = reason
         with self._lock:
             if (api, filename, line) in self._sites:
                 return

@@ -12,20 +12,21 @@ import os
 import sys
 from typing import List, Optional
 
-from .profiles import PROFILES
+from .profiles import CHOICES, PROFILES
 
 
 #: What `transfer --help` says after the subcommands: how to run a script, the variables, the log.
 RUNNING = """\
 to run an unmodified CUDA script on a target (not a subcommand of this tool):
-  transfer-run [--device cpu|npu|sdaa|gcu] python train.py ...   (or: transfer-run train.py ...)
+  transfer-run [--device TARGET] python train.py ...   (or: transfer-run train.py ...)
   transfer-run --device npu torchrun --nproc_per_node=8 train.py
-  TRANSFER_DEVICE=npu python train.py          (no launcher: the variable alone; auto, npu, sdaa, gcu, cpu, off)
+  TRANSFER_DEVICE=npu python train.py          (no launcher: the variable alone)
   python -m transfer [--device X] train.py      (or add `from transfer import auto as _` to the script)
+targets (TARGET, X, TRANSFER_DEVICE): {targets}
 variables: TRANSFER_DEVICE (the target), TRANSFER_LOG=DIR (log every CUDA-facing call site; transfer-run --log DIR),
   TRANSFER_REPORT=FILE (what was translated, as JSON at exit), TRANSFER_QUIET=1, TRANSFER_STRICT=1,
   TRANSFER_DISABLE=NAME,..., TRANSFER_COMPARE=nonfinite|shadow|record:F|against:F (where the run stops computing
-  what CUDA computes: docs/accuracy.md); docs/usage.md lists them all."""
+  what CUDA computes: docs/accuracy.md); docs/usage.md lists them all.""".format(targets=", ".join(CHOICES))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     scan.add_argument("--device", "-d", choices=list(PROFILES), help="one target (default: every target side by side)")
     scan.add_argument("--format", "-f", choices=("text", "json", "csv"), default="text")
     scan.add_argument("--strict", action="store_true", help="exit 1 when anything is unsupported")
+    scan.add_argument("--torch", metavar="VERSION", help="with --device: judge the torch APIs the target runs on "
+                      "the CPU for this torch (and its plug-in) version (default: the installed torch's, else "
+                      "the newest known)")
     _workers(scan)
     port = sub.add_parser(
         "port", help="rewrite CUDA spellings to the vendor's own",
@@ -127,7 +131,7 @@ def _scan(args) -> int:
     from .migrate import scan_files
 
     result = scan_files.run(args.paths, [args.device] if args.device else list(PROFILES), jobs=args.jobs,
-                        progress=not args.no_progress)
+                            progress=not args.no_progress, torch_version=args.torch)
     sys.stdout.write(scan_files.FORMATS[args.format](result))
     if args.format != "text":
         print(scan_files.summary(result), file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Other patchers of torch in the same process: a second copy of transfer, torch_npu's transfer_to_npu.
+"""Other patchers of torch in the same process: a second copy of transfer, a vendor's own CUDA migration module.
 
 Two patchers that translate CUDA calls cannot share a process: the second
 wraps the first's replacements, neither can then be undone cleanly (each
@@ -18,13 +18,15 @@ would not be what the user asked for; an error costs one line to fix.
   mark refuses. Two installs of the distribution under the same import name
   (an editable install and a wheel) load one module ``transfer`` and are one
   copy: install is idempotent there.
-* **torch_npu's transfer_to_npu** (``from torch_npu.contrib import
-  transfer_to_npu``): it patches torch while it is imported (functools.wraps
-  closures, no undo). Imported before transfer installs: `install()` raises.
-  Imported while transfer is active: the import itself raises, before a line
-  of it runs, so torch is never patched twice; a script that guards that
-  import with ``except ImportError`` runs under transfer alone, which is what
-  it asked for. After `transfer.uninstall()` it imports normally.
+* **A vendor's own CUDA migration module** (each profile's `migration_shims`:
+  torch_npu's ``transfer_to_npu``, torch_mlu's ``gpu_migration``, Moore Threads'
+  ``torchada``, torch_supa's ``transfer_to_supa``): each patches torch while it
+  is imported, with no undo. Imported before transfer installs: `install()`
+  raises. Imported while transfer is active: the import itself raises, before
+  a line of it runs, so torch is never patched twice; a script that guards
+  that import with ``except ImportError`` runs under transfer alone, which is
+  what it asked for. After `transfer.uninstall()` it imports normally. The
+  error names the profile's way to turn the module off.
 """
 
 from __future__ import annotations
@@ -35,19 +37,28 @@ from typing import Any, Dict, Optional
 
 from .errors import ConflictError
 
-TRANSFER_TO_NPU = "torch_npu.contrib.transfer_to_npu"
 MARK = "_transfer_active"
 _PACKAGE = __name__.rsplit(".", 1)[0]
 _PATH = os.path.dirname(os.path.abspath(__file__))
 
-_USE_ONE = ("Remove `from torch_npu.contrib import transfer_to_npu` (transfer covers it: TRANSFER_DEVICE=npu, "
-            "or `from transfer import auto`), or run without transfer (TRANSFER_DEVICE=off, and no "
-            "`from transfer import auto` / transfer.install() in the script).")
+
+def _shims() -> Dict[str, Any]:
+    """Every vendor's CUDA migration module -> (its profile, how to turn it off)."""
+    from .profiles import PROFILES
+
+    return {module: (p, fix) for p in PROFILES.values() for module, fix in p.migration_shims.items()}
+
+
+def _use_one(module: str) -> str:
+    profile, fix = _shims()[module]
+    return (f"To fix: {fix[0].upper() + fix[1:]} (transfer covers it: TRANSFER_DEVICE={profile.name}, or `from transfer "
+            f"import auto`), or run without transfer (TRANSFER_DEVICE=off, and no `from transfer import auto` / "
+            f"transfer.install() in the script).")
 
 
 def claim(registry, device: str, version: str) -> None:
     """Refuse if another patcher is active; else mark torch as ours (`version`: this copy's) and guard the
-    import of transfer_to_npu, both undone by `registry.revert_all`."""
+    imports of the vendors' migration modules, both undone by `registry.revert_all`."""
     import torch
 
     other: Optional[Dict[str, Any]] = getattr(torch, MARK, None)
@@ -60,33 +71,35 @@ def claim(registry, device: str, version: str) -> None:
             f"(pip uninstall it, or take its directory off sys.path / PYTHONPATH), or call its "
             f"uninstall() before installing this one."
         )
-    if TRANSFER_TO_NPU in sys.modules:
-        raise ConflictError(
-            f"torch_npu's transfer_to_npu ({TRANSFER_TO_NPU}) has already patched torch in this process; "
-            f"transfer would patch it a second time (CUDA calls translated twice, neither undoable). "
-            + _USE_ONE
-        )
+    for module, (profile, _) in _shims().items():
+        if module in sys.modules:
+            raise ConflictError(
+                f"{profile.vendor}'s CUDA migration module {module} has already patched torch in this process; "
+                f"transfer would patch it a second time (CUDA calls translated twice, neither undoable). "
+                + _use_one(module)
+            )
     setattr(torch, MARK, {"package": _PACKAGE, "path": _PATH, "version": version, "device": device})
     registry.on_revert("conflicts.mark", lambda: torch.__dict__.pop(MARK, None))
-    guard = _RefuseTransferToNpu(device)
+    guard = _RefuseMigrationModules(device, frozenset(_shims()))
     sys.meta_path.insert(0, guard)
     registry.on_revert("conflicts.guard", lambda: sys.meta_path.remove(guard) if guard in sys.meta_path else None)
 
 
-class _RefuseTransferToNpu:
-    """A meta path finder: finding or importing transfer_to_npu raises while transfer is active.
-    One string comparison per import otherwise."""
+class _RefuseMigrationModules:
+    """A meta path finder: finding or importing a vendor's migration module raises while transfer is active.
+    One set lookup per import otherwise."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, modules: frozenset):
         self.device = device
+        self.modules = modules
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != TRANSFER_TO_NPU:
+        if fullname not in self.modules:
             return None
         raise ConflictError(
             f"transfer is active in this process (CUDA calls run on its '{self.device}' target); importing "
-            f"{TRANSFER_TO_NPU} would patch torch a second time (CUDA calls translated twice, neither "
-            f"undoable). " + _USE_ONE
+            f"{fullname} would patch torch a second time (CUDA calls translated twice, neither "
+            f"undoable). " + _use_one(fullname)
         )
 
     def invalidate_caches(self) -> None:

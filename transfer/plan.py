@@ -18,6 +18,11 @@ npu:1``) and why ("reason"). Each record names the plan (``"plan": "npu"``).
   log's cost (one frame lookup and one set lookup per call from a known site),
   and `transfer.uninstall()` takes the layers off.
 
+What the planned target computes otherwise is watched too (`patches/vendor_ops.py`, from the same data
+as there): each call that would reach its CPU fallback (an operator its plug-in has no kernel for),
+counted per operator with the first line, and the float64 casts it would return in float32; both are
+log records (classes ``cpu fallback``, ``float32``) and ``transfer.status()['fallbacks']``.
+
 Not seen on CUDA: ``Tensor.is_cuda`` reads (a C getter; a Python property would
 tax every read) and imports of CUDA-only packages (``transfer scan`` names
 those).
@@ -100,7 +105,8 @@ def _functions() -> List[tuple]:
 #: Constructors and calls whose record calllog's wrapper path makes (it sees what they are given).
 #: (SyncBatchNorm's constructor: calllog.attach watches it itself.)
 _WRAPPED = (("ddp.init", "torch.nn.parallel", "DistributedDataParallel"),
-            ("data_parallel.init", "torch.nn", "DataParallel"), ("serialization.load", "torch", "load"))
+            ("data_parallel.init", "torch.nn", "DataParallel"), ("data_parallel.function", "torch.nn.parallel", "data_parallel"),
+            ("serialization.load", "torch", "load"))
 
 
 def _backend_call(log, name: str, fn):
@@ -124,6 +130,29 @@ def _backend_call(log, name: str, fn):
         return fn(*args, **kwargs)
 
     return logged
+
+
+def _watch_ops(ctx, profile) -> None:
+    """What the planned target computes otherwise, watched on CUDA (patches/vendor_ops.py): the operators
+    that would reach its CPU fallback, and the float64 casts it would turn into float32."""
+    from .patches import vendor_ops
+
+    if profile.op_coverage:
+        vendor_ops.watch_fallbacks(ctx, profile.name, "cuda", planned=True)
+    if profile.float64_cast:
+        watch = vendor_ops.Float64(ctx, profile, device_type="cuda")
+        ctx.float64 = watch
+        registry = ctx.registry
+        for name, owner, attribute in (("vendor_ops.double", torch.Tensor, "double"),
+                                       ("vendor_ops.tensor_to", torch.Tensor, "to"),
+                                       ("vendor_ops.module_to", torch.nn.Module, "to")):
+            record = registry.record_for(owner, attribute)
+            current = getattr(owner, attribute)
+            wrapped = watch.wrap(current) if attribute == "double" else watch.wrap_to(current)
+            if record is None:
+                registry.replace(name, owner, attribute, wrapped)
+            else:  # observed already (the log's layer goes over it): the check goes under that layer
+                registry.layer(record, wrapped)
 
 
 def observe(directory: str, profile_name: Optional[str] = None) -> Any:
@@ -154,6 +183,7 @@ def observe(directory: str, profile_name: Optional[str] = None) -> Any:
         else:
             registry.wrap(name, owner, attribute, lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs))
     ctx = PatchContext(profile=profile, registry=registry, target=plan.target, runtime=None)
+    _watch_ops(ctx, profile)
     ctx.log = calllog.attach(ctx, directory, plan)
     if torch.distributed.is_available():
         import torch.distributed as dist

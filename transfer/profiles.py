@@ -52,6 +52,23 @@ class CompilePolicy(NamedTuple):
     tf32: str = ""  # what CUDA's TF32 switches (allow_tf32, set_float32_matmul_precision) do on the target
 
 
+#: What NCCL reduces (torch's ncclDataType map; complex as its real view), by torch's names: what
+#: transfer/patches/collectives.py computes where the target's backend refuses it or computes it otherwise.
+#: Others (int16, the unsigned types) NCCL refuses too: left to the backend.
+NCCL_REDUCES = frozenset({"float64", "float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool",
+                          "complex64", "complex128"})
+
+
+class CollectiveLimits(NamedTuple):
+    """What a target's collective backend refuses that NCCL computes, read in the plug-in's source
+    (transfer/patches/collectives.py computes those collectives as NCCL does). Dtypes by torch's name."""
+
+    reduce_dtypes: frozenset  # what its all_reduce / reduce reduce (after the plug-in's own casts)
+    reduce_scatter_dtypes: frozenset  # what its reduce_scatter reduces
+    integer_avg: bool  # whether ReduceOp.AVG averages integer tensors (NCCL: sum, then truncating division)
+    source: str  # where it was read, for messages
+
+
 class Profile(NamedTuple):
     """Everything `transfer` needs to know about one target."""
 
@@ -90,10 +107,31 @@ class Profile(NamedTuple):
     # DeepSpeed has its own accelerator for the target (deepspeed/accelerator/*_accelerator.py), which its probe
     # finds; else patches/deepspeed.py gives it one (DeepSpeed's CUDA accelerator under the target's names).
     deepspeed_accelerator: bool = False
+    # The plug-in's operator coverage per version (transfer/opsupport.py): a file of transfer/data/, "" none known.
+    op_coverage: str = ""
+    # What a dtype-only float64 cast of a device tensor (x.double(), x.to(torch.float64)) returns there, with
+    # where that was read; "" where it is float64, as on CUDA (patches/vendor_ops.py names it at run time).
+    float64_cast: str = ""
+    # Where the plug-in sends its tensors to other processes through device IPC (its own reductions), with where
+    # that was read; "" where that is not known (patches/share_memory.py checks at run time either way).
+    device_ipc: str = ""
+    # What the collective backend refuses that NCCL computes; None: nothing known (tccl, eccl) or gloo.
+    collectives: Optional[CollectiveLimits] = None
+    # The dispatch key of the target's device kernels, where patches/custom_ops.py registers kernels written for
+    # CUDA: PrivateUse1 for an out-of-tree plug-in, the key of a device built into torch (XPU), CPU on the cpu target.
+    dispatch_key: str = "PrivateUse1"
+    # The vendor's own CUDA migration modules (each patches torch for good while imported) -> how a user turns it
+    # off: transfer/conflicts.py refuses to share a process with any of them.
+    migration_shims: Mapping[str, str] = MappingProxyType({})
 
     @property
     def is_cpu(self) -> bool:
         return self.device_type == "cpu"
+
+    @property
+    def builtin(self) -> bool:
+        """The device is built into torch (torch.xpu): no package to import; present when torch reports devices."""
+        return self.package is None and not self.is_cpu
 
 
 # torch.cuda names, grouped as the targets' modules provide them (`Profile.cuda_api`).
@@ -147,7 +185,28 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 graphs=MappingProxyType({"CUDAGraph": "NPUGraph", "is_current_stream_capturing":
                                          "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),
                 native_capability_env="TORCH_NPU_DEVICE_CAPABILITY",
+                # torch_npu's ProcessGroupHCCL.cpp (checkSupportedDataType; every release 2.1-2.14, Ascend/pytorch
+                # master): int8/16/32/64, fp16, fp32, bf16 reduce; allreduce/reduce cast bool and uint8 to int32
+                # first, reduce_scatter does not; AVG divides in place (an integer tensor fails); fp64 only on
+                # Ascend950. NCCL also reduces float64 and complex128, uint8/bool in reduce_scatter, integer AVG.
+                collectives=CollectiveLimits(
+                    reduce_dtypes=frozenset({"int8", "int16", "int32", "int64", "float16", "float32", "bfloat16",
+                                             "uint8", "bool", "complex64"}),  # complex64: torch's float32 view
+                    reduce_scatter_dtypes=frozenset({"int8", "int16", "int32", "int64", "float16", "float32",
+                                                     "bfloat16"}),
+                    integer_avg=False,
+                    source="torch_npu's ProcessGroupHCCL.cpp: checkSupportedDataType, getHcclReduceOp"),
                 deepspeed_accelerator=True,
+                migration_shims=MappingProxyType({
+                    "torch_npu.contrib.transfer_to_npu": "remove `from torch_npu.contrib import transfer_to_npu`"}),
+                op_coverage="npu_ops.json",
+                device_ipc="torch_npu's reductions replace torch.multiprocessing's reduce_tensor (2.1.0.post*, 2.7.1 "
+                "and later; none in 2.3.1-2.6.0)",
+                # torch_npu/csrc/aten/common/ToKernelNpu.cpp (Ascend/pytorch master, the 2.14.0 wheel): _to_copy with
+                # only a dtype turns Double into Float, warning once "Device do not support double dtype now, dtype
+                # cast replace with float."; with a device (x.to('npu', torch.float64), a host tensor moved) it keeps it
+                float64_cast="float32 (torch_npu's _to_copy casts a dtype-only float64 conversion of an npu tensor "
+                "to float32: ToKernelNpu.cpp)",
                 own_capability="torch_npu's own torch.npu.get_device_capability() returns None unless "
                 "TORCH_NPU_DEVICE_CAPABILITY is set",
                 custom_kernels="Ascend C custom operators (CANN's operator development kit, msopgen), called "
@@ -233,7 +292,226 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                     TORCH_NCCL_ASYNC_ERROR_HANDLING=EnvRename("TORCH_ECCL_ASYNC_ERROR_HANDLING"),
                     TORCH_NCCL_AVOID_RECORD_STREAMS=EnvRename("TORCH_ECCL_AVOID_RECORD_STREAMS"),
                 ),
+                # torch_gcu v2.10.0's ProcessGroupECCL.cpp / ECCLUtils.hpp (the only public source, quoted in
+                # tests/vendors/eccl_excerpts.txt): ecclDataType reduces float64 as float32 and int64 as int32 ("GCU
+                # do not support 64-bit"), without a word; complex128 reaches it as its float64 view; int16 and
+                # the unsigned types are refused (as NCCL refuses them); AVG is ecclAvg (integers truncate, as NCCL).
+                collectives=CollectiveLimits(
+                    reduce_dtypes=frozenset({"int8", "uint8", "int32", "float16", "float32", "bfloat16", "bool",
+                                             "complex64"}),  # complex64: torch's float32 view
+                    reduce_scatter_dtypes=frozenset({"int8", "uint8", "int32", "float16", "float32", "bfloat16",
+                                                     "bool", "complex64"}),
+                    integer_avg=True,
+                    source="torch_gcu 2.10's ProcessGroupECCL.cpp: ecclDataType reduces 64-bit types as 32-bit"),
                 notes="builds from 2020-21 showed devices as xla:N",
+            ),
+            # Cambricon. Facts read in Cambricon/torch_mlu (github; branches r1.22_pt2.1.0 ... r2.4_develop, the
+            # newest public, 2025-02) and DeepSpeed 0.19.8's accelerator/mlu_accelerator.py; tests/vendors/README.md
+            # ("mlu") names each file. Not known: anything of torch_mlu for torch >= 2.5 (not public).
+            Profile(
+                name="mlu",
+                vendor="Cambricon",
+                package="torch_mlu",
+                install_hint="install torch_mlu from Cambricon's release for your torch (not on PyPI; Cambricon's "
+                "PyTorch container ships it; it needs CNToolkit, CNNL and CNCL under NEUWARE_HOME, and for torch "
+                "2.1 / 2.3 Cambricon's own torch wheel)",
+                device_type="mlu",
+                # torch_mlu/mlu/cncl.py: register_backend("cncl", lambda store, group_rank, group_size, timeout:
+                # ProcessGroupCNCL(...), devices=["mlu"])
+                backend="cncl",
+                visible_devices_env="MLU_VISIBLE_DEVICES",
+                # No inductor registration or dynamo backend in any public torch_mlu (up to r2.4_develop).
+                compile=CompilePolicy(
+                    inductor="torch_mlu's public source (up to its torch 2.4 branch) registers no inductor code "
+                    "generation or dynamo backend for mlu",
+                    tf32="TF32 is CUDA's; torch_mlu's own switch (torch.backends.mlu.matmul.allow_tf32) is not set"),
+                # torch_mlu/mlu/__init__.py __all__ (r2.4_develop) has these and more (caching_allocator_*,
+                # ipc_collect, set_per_process_memory_fraction, ExternalStream, check_error: not mirrored here).
+                cuda_api=frozenset(_COMMON + ("can_device_access_peer", "get_device_capability",
+                                              "is_current_stream_capturing", "memory_snapshot", "_lazy_init",
+                                              "_is_in_bad_fork")),
+                graphs=MappingProxyType({"CUDAGraph": "MLUGraph", "is_current_stream_capturing":
+                                         "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),
+                own_capability="torch_mlu's own torch.mlu.get_device_capability() is Cambricon's numbering "
+                "(bf16 from major 5: torch_mlu/mlu/__init__.py is_bf16_supported), not CUDA's",
+                deepspeed_accelerator=True,
+                custom_kernels="BANG C kernels built with torch_mlu's own cpp_extension (torch_mlu.utils."
+                "cpp_extension: load / load_inline of .mlu sources) against Cambricon's Neuware SDK",
+                # process_group_cncl.cpp (r2.4_develop): int8, uint8, int32, int64, fp16, fp32, bf16, bool (as uint8)
+                # and float64 mapped to cnclFloat (torch_mlu keeps 64-bit data as 32-bit on the device, so the
+                # precision is gone before any collective); AVG of floats divides first, of integers floor-divides
+                # after the sum (NCCL truncates); BAND/BOR/BXOR refused. Older branches (r1.22_*) refuse AVG.
+                collectives=CollectiveLimits(
+                    reduce_dtypes=frozenset({"int8", "uint8", "int32", "int64", "float16", "float32", "bfloat16",
+                                             "float64", "bool", "complex64", "complex128"}),
+                    reduce_scatter_dtypes=frozenset({"int8", "uint8", "int32", "int64", "float16", "float32",
+                                                     "bfloat16", "float64", "bool"}),
+                    integer_avg=False,
+                    source="torch_mlu's process_group_cncl.cpp: cncl_data_type, getCnclReduceOp, procReduceOutput"),
+                migration_shims=MappingProxyType({
+                    "torch_mlu.utils.gpu_migration": "remove `import torch_mlu.utils.gpu_migration`"}),
+                # torch_mlu's own NCCL -> CNCL table (torch_mlu/utils/gpu_migration/env_migration.py, r2.4_develop);
+                # CUDA_LAUNCH_BLOCKING has none there ("" in that table).
+                env=_env(
+                    **{f"TORCH_NCCL_{n}": EnvRename(f"TORCH_CNCL_{n}") for n in (
+                        "ASYNC_ERROR_HANDLING", "AVOID_RECORD_STREAMS", "BLOCKING_WAIT", "COORD_CHECK_MILSEC",
+                        "DEBUG_INFO_PIPE_FILE", "DEBUG_INFO_TEMP_FILE", "DESYNC_DEBUG", "DUMP_ON_TIMEOUT",
+                        "ENABLE_MONITORING", "ENABLE_TIMING", "HEARTBEAT_TIMEOUT_SEC", "TRACE_BUFFER_SIZE",
+                        "TRACE_CPP_STACK", "WAIT_TIMEOUT_DUMP_MILSEC")},
+                    **{f"NCCL_{n}": EnvRename(f"TORCH_CNCL_{n}") for n in (
+                        "ASYNC_ERROR_HANDLING", "BLOCKING_WAIT", "DESYNC_DEBUG", "ENABLE_TIMING")},
+                ),
+            ),
+            # Moore Threads. Facts read in MooreThreads/torch_musa (github main, 2026-01; built for torch 2.7.1,
+            # which it patches) and torchada 0.1.103 (PyPI); DeepSpeed 0.19.8 ships no musa accelerator.
+            Profile(
+                name="musa",
+                vendor="Moore Threads",
+                package="torch_musa",
+                install_hint="install torch_musa from Moore Threads' release (not on PyPI; each build requires "
+                "the torch it was made for, 2.7.1 for torch_musa's main branch, and the MUSA toolkit under MUSA_HOME)",
+                device_type="musa",
+                # torch_musa/csrc/distributed/Register.cpp: register_backend("mccl", MCCLcreator(store, rank,
+                # world_size, timeout), False, "musa"), a c10d Backend (ProcessGroupMCCL, NCCL's port).
+                backend="mccl",
+                visible_devices_env="MUSA_VISIBLE_DEVICES",
+                # torch_musa/_inductor: register_backend_for_device("musa", MUSATritonScheduling, ...) through its
+                # patched torch; torch_musa/_dynamo/backend/musagraphs.py: the dynamo backend "musagraphs".
+                compile=CompilePolicy(
+                    inductor="torch_musa registers inductor's Triton code generation for musa (MUSATritonScheduling, "
+                    "through the torch build it patches)", graphs_backend="musagraphs",
+                    tf32="TF32 is CUDA's; torch_musa's own switch (torch.backends.mudnn.allow_tf32) is not set"),
+                # torch_musa/__init__.py's names (torch.musa is the torch_musa module itself): no init,
+                # memory_cached or max_memory_cached there.
+                cuda_api=frozenset(tuple(n for n in _COMMON if n not in ("init", "memory_cached", "max_memory_cached"))
+                                   + ("can_device_access_peer", "get_device_capability", "is_current_stream_capturing",
+                                      "memory_snapshot", "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
+                graphs=MappingProxyType({"CUDAGraph": "MUSAGraph", "is_current_stream_capturing":
+                                         "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),
+                own_capability="torch_musa's own torch.musa.get_device_capability() is Moore Threads' numbering "
+                "(bf16 from 2.2: torch_musa/core/device.py is_bf16_supported), not CUDA's",
+                custom_kernels="MUSA C++ kernels built with torch_musa's MUSAExtension (torch_musa.utils."
+                "musa_extension) against the MUSA toolkit",
+                migration_shims=MappingProxyType({"torchada": "remove `import torchada`"}),
+                # ProcessGroupMCCL.h reads TORCH_MCCL_* (and MCCL_BLOCKING_WAIT, MCCL_ASYNC_ERROR_HANDLING,
+                # MCCL_DESYNC_DEBUG, MCCL_ENABLE_TIMING); MUSA_LAUNCH_BLOCKING: torch_musa's quick start.
+                env=_env(
+                    CUDA_LAUNCH_BLOCKING=EnvRename("MUSA_LAUNCH_BLOCKING"),
+                    NCCL_SOCKET_IFNAME=EnvRename(
+                        "MCCL_SOCKET_IFNAME", note="passed as written: mccl is NCCL-derived, NCCL's syntax assumed; "
+                        "the name is from RLinf's MUSA accelerator manager, not Moore Threads' documentation "
+                        "(unverified, see tests/vendors/README.md)"),
+                    **{f"TORCH_NCCL_{n}": EnvRename(f"TORCH_MCCL_{n}") for n in (
+                        "ASYNC_ERROR_HANDLING", "AVOID_RECORD_STREAMS", "BLOCKING_WAIT", "COORD_CHECK_MILSEC",
+                        "DEBUG_INFO_PIPE_FILE", "DEBUG_INFO_TEMP_FILE", "DESYNC_DEBUG", "DUMP_ON_TIMEOUT",
+                        "ENABLE_MONITORING", "ENABLE_TIMING", "HEARTBEAT_TIMEOUT_SEC", "HIGH_PRIORITY",
+                        "LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN", "NAN_CHECK", "PROPAGATE_ERROR", "RANKS_PER_ROOT",
+                        "TRACE_BUFFER_SIZE", "TRACE_CPP_STACK", "WAIT_TIMEOUT_DUMP_MILSEC")},
+                    TORCH_NCCL_RETHROW_CUDA_ERRORS=EnvRename("TORCH_MCCL_RETHROW_MUSA_ERRORS"),
+                    TORCH_NCCL_CUDA_EVENT_CACHE=EnvRename("TORCH_MCCL_MUSA_EVENT_CACHE"),
+                    **{f"NCCL_{n}": EnvRename(f"MCCL_{n}") for n in (
+                        "ASYNC_ERROR_HANDLING", "BLOCKING_WAIT", "DESYNC_DEBUG", "ENABLE_TIMING")},
+                ),
+            ),
+            # Biren. Facts read in BIRENSUPA/torch-supa (github, torch_supa 2026) and DeepSpeed 0.19.8's
+            # accelerator/supa_accelerator.py (device supa, backend bccl, SUPA_VISIBLE_DEVICES).
+            Profile(
+                name="supa",
+                vendor="Biren",
+                package="torch_supa",
+                install_hint="install torch_supa from Biren's BIRENSUPA release (not on PyPI; each build requires the "
+                "torch it was made for, and Biren's driver and SUPA runtime under /usr/local/birensupa)",
+                device_type="supa",
+                # torch_supa/distributed/distributed_c10d.py: register_backend("bccl", create_fn, extended_api=True,
+                # devices=["supa"]), the creator returning ProcessGroupBCCL (ProcessGroupNCCL's port).
+                backend="bccl",
+                visible_devices_env="SUPA_VISIBLE_DEVICES",
+                # torch_supa/_inductor/__init__.py: register_backend_for_device('supa', CUDACombinedScheduling,
+                # SUPAWrapperCodeGen, ...) with its Triton; no dynamo backend of its own was found.
+                compile=CompilePolicy(
+                    inductor="torch_supa registers inductor's Triton code generation for supa (CUDACombinedScheduling "
+                    "with its SUPAWrapperCodeGen, torch_supa/_inductor)",
+                    tf32="TF32 is CUDA's; torch_supa's transfer_to_supa maps torch.backends.cuda to torch.backends.supa, "
+                    "transfer leaves it unset"),
+                # torch_supa/supa/__init__.py __all__: no device_of; get_device_capability is imported there but its
+                # numbering is not documented (not listed).
+                cuda_api=frozenset(tuple(n for n in _COMMON if n != "device_of")
+                                   + ("can_device_access_peer", "is_current_stream_capturing", "memory_snapshot",
+                                      "get_allocator_backend", "_lazy_init", "_is_in_bad_fork")),
+                graphs=MappingProxyType({"CUDAGraph": "SUPAGraph", "is_current_stream_capturing":
+                                         "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),
+                own_capability="what torch_supa's torch.supa.get_device_capability() answers is not documented",
+                deepspeed_accelerator=True,
+                custom_kernels="SUPA C++ kernels (.su sources) built with torch_supa's cpp_extension against Biren's "
+                "SUPA SDK",
+                # torch_supa's torch.backends entry point (_autoload) imports transfer_to_supa at every `import torch`.
+                migration_shims=MappingProxyType({
+                    "torch_supa.contrib.transfer_to_supa": "set TORCH_DEVICE_BACKEND_AUTOLOAD=0 (torch_supa's "
+                    "torch.backends entry point imports transfer_to_supa at every `import torch`; transfer then imports "
+                    "torch_supa itself), or remove `from torch_supa.contrib import transfer_to_supa`"}),
+                # ProcessGroupBCCL.hpp reads BCCL_* and, after them, torch's own TORCH_NCCL_* names (and the old
+                # NCCL_BLOCKING_WAIT, NCCL_ASYNC_ERROR_HANDLING, NCCL_DESYNC_DEBUG, NCCL_ENABLE_TIMING) as they are.
+                env=_env(
+                    NCCL_SOCKET_IFNAME=EnvRename(
+                        "BCCL_SOCKET_IFNAME", note="passed as written: bccl is NCCL-derived, NCCL's syntax assumed; "
+                        "the name is from third-party Ray integrations, not Biren's documentation (unverified, see "
+                        "tests/vendors/README.md)"),
+                    **{name: EnvRename(None, note="ProcessGroupBCCL reads it as it is (after BCCL_*)") for name in (
+                        *(f"TORCH_NCCL_{n}" for n in (
+                            "ASYNC_ERROR_HANDLING", "AVOID_RECORD_STREAMS", "BCAST_UNIQUEID", "BLOCKING_WAIT",
+                            "COORD_CHECK_MILSEC", "CUDA_EVENT_CACHE", "DEBUG_INFO_PIPE_FILE", "DESYNC_DEBUG",
+                            "DUMP_ON_TIMEOUT", "ENABLE_MONITORING", "ENABLE_TIMING", "HEARTBEAT_TIMEOUT_SEC",
+                            "HIGH_PRIORITY", "LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN", "NAN_CHECK",
+                            "RETHROW_CUDA_ERRORS", "TRACE_BUFFER_SIZE", "USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+                            "WAIT_TIMEOUT_DUMP_MILSEC")),
+                        "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT", "NCCL_DESYNC_DEBUG", "NCCL_ENABLE_TIMING")},
+                ),
+            ),
+            # Intel GPUs: torch's own xpu device (torch >= 2.4; xccl in torch from 2.8). Facts read in torch 2.13 and
+            # 2.15 (torch/xpu/__init__.py, torch/distributed/distributed_c10d.py), intel/torch-xpu-ops
+            # (ProcessGroupXCCL.hpp) and DeepSpeed 0.19.8's accelerator/xpu_accelerator.py (ZE_AFFINITY_MASK).
+            Profile(
+                name="xpu",
+                vendor="Intel",
+                package=None,  # built into torch: present where torch.xpu reports devices
+                install_hint="install a torch built for Intel GPUs: pip install torch --index-url "
+                "https://download.pytorch.org/whl/xpu (and Intel's GPU driver on the host)",
+                device_type="xpu",
+                backend="xccl",
+                visible_devices_env="ZE_AFFINITY_MASK",
+                dispatch_key="XPU",
+                # torch registers inductor's Triton code generation for xpu itself (Intel's Triton: pytorch-triton-xpu).
+                compile=CompilePolicy(
+                    inductor="torch's inductor generates Triton code for xpu (Intel's Triton, pytorch-triton-xpu, "
+                    "installed with torch's XPU wheels)",
+                    tf32="TF32 is CUDA's; what xpu does with torch's float32 matmul precision is not checked here"),
+                # torch 2.13's torch.xpu.__all__ (2.15 adds list_gpu_processes, which needs Intel's pyzes: transfer
+                # forwards it where torch has it) with torch.cuda's names: no memory_cached /
+                # max_memory_cached, reset_max_memory_*, memory_summary or get_allocator_backend; it has
+                # get_device_capability, which returns a dict (own_capability, below).
+                cuda_api=frozenset(tuple(n for n in _COMMON if n not in (
+                    "memory_cached", "max_memory_cached", "reset_max_memory_allocated", "reset_max_memory_cached",
+                    "memory_summary")) + ("can_device_access_peer", "get_device_capability",
+                                          "is_current_stream_capturing", "memory_snapshot",
+                                          "_lazy_init", "_is_in_bad_fork", "MemPool", "use_mem_pool",
+                                          "change_current_allocator", "get_arch_list", "get_gencode_flags",
+                                          "get_per_process_memory_fraction", "set_per_process_memory_fraction",
+                                          "get_stream_from_external", "is_tf32_supported", "memory_usage",
+                                          "utilization", "temperature", "power_draw", "clock_rate",
+                                          "device_memory_used")),
+                graphs=MappingProxyType({"CUDAGraph": "XPUGraph", "is_current_stream_capturing":
+                                         "is_current_stream_capturing", **{n: n for n in _GRAPHS}}),
+                own_capability="torch.xpu.get_device_capability() returns a dict of the device's properties, not "
+                "CUDA's (major, minor)",
+                deepspeed_accelerator=True,
+                custom_kernels="SYCL kernels built with torch.utils.cpp_extension.SyclExtension (torch >= 2.7) and "
+                "Intel's oneAPI DPC++ compiler",
+                # ProcessGroupXCCL.hpp: TORCH_XCCL_BLOCKING_WAIT (and the old XCCL_BLOCKING_WAIT); oneCCL's own
+                # CCL_* variables have no NCCL counterpart known here.
+                env=_env(
+                    TORCH_NCCL_BLOCKING_WAIT=EnvRename("TORCH_XCCL_BLOCKING_WAIT"),
+                    NCCL_BLOCKING_WAIT=EnvRename("TORCH_XCCL_BLOCKING_WAIT"),
+                ),
             ),
             Profile(
                 name="cpu",
@@ -242,6 +520,7 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 install_hint="",
                 device_type="cpu",
                 backend="gloo",
+                dispatch_key="CPU",
                 compile=CompilePolicy(
                     inductor="inductor generates C++ for CPU tensors",
                     tf32="float32 matmul precision 'high' / 'medium' selects oneDNN's TF32 / BF16 matmuls on the "
@@ -270,6 +549,15 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                                     "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT")},
                 ),
                 notes="runs CUDA scripts on the CPU; collectives over gloo",
+                # gloo reduces every dtype NCCL does, but its AVG is a SUM divided in place, which torch refuses
+                # for integer tensors (seen on torch 2.13 and 2.15); NCCL sums and divides, truncating.
+                collectives=CollectiveLimits(
+                    reduce_dtypes=frozenset({"int8", "uint8", "int32", "int64", "float16", "float32", "bfloat16",
+                                             "float64", "bool", "complex64", "complex128"}),
+                    reduce_scatter_dtypes=frozenset({"int8", "uint8", "int32", "int64", "float16", "float32",
+                                                     "bfloat16", "float64", "bool"}),
+                    integer_avg=False,
+                    source="torch's gloo backend: AVG is a SUM, then an in-place division"),
             ),
         )
     }

@@ -136,6 +136,11 @@ class Registry:
         _, _, original = wrapt.resolve_path(owner, attribute)
         return self.replace(name, owner, attribute, PathWrapper(original, wrapper, owner, attribute))
 
+    @property
+    def reverted(self) -> bool:
+        """True once `revert_all` ran: a replacement that a module bound by name answers as the original."""
+        return self._reverted
+
     def replace_when_imported(self, name: str, module: str, owner: str, attribute: str,
                               make_replacement: Callable[[Any], Any]) -> None:
         """Replace ``<module>.<owner>.<attribute>`` now, or when `module` is imported.
@@ -196,6 +201,17 @@ class Registry:
         """Remember `undo` for a change that is not an attribute assignment."""
         with self._lock:
             self._undo.append((name, undo))
+
+    def revert_one(self, owner: Any, attribute: str) -> bool:
+        """Restore one patch's original now, while the rest stay (a watch that has seen what it watched for:
+        patches/vendor_ops.py); only while the attribute still holds our replacement. True when restored."""
+        with self._lock:
+            record = self.record_for(owner, attribute)
+            if record is None or _current(owner, attribute) is not record.replacement:
+                return False
+            _restore(record)
+            del self._records[(id(owner), attribute)]
+            return True
 
     def revert_all(self) -> None:
         """Undo everything, newest first, restoring the identical originals where

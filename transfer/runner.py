@@ -26,6 +26,7 @@ import sys
 from typing import List, MutableMapping, Optional
 
 from . import settings
+from .profiles import CHOICES, PROFILES
 from .selection import FROM_FLAG_ENV
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
@@ -45,13 +46,13 @@ def _parser(prog: str, command_help: str) -> argparse.ArgumentParser:
     also = ("" if prog != "python -m transfer" else
             "python -m transfer scan|port|docs|--version is the `transfer` command (offline tools).")
     parser = argparse.ArgumentParser(prog=prog, description="Run a CUDA PyTorch program on the target chosen "
-                                     "by --device or TRANSFER_DEVICE (auto, npu, sdaa, gcu, cpu, off). A .py file "
+                                     f"by --device or TRANSFER_DEVICE ({', '.join(CHOICES)}). A .py file "
                                      "as the command runs with this Python.", epilog=also or None)
     parser.add_argument("--device", "-d", help="target profile (default: TRANSFER_DEVICE, else auto)")
     parser.add_argument("--log", metavar="DIR", help="log every CUDA-facing call site, one JSON-lines file per "
                         "rank, in DIR (sets TRANSFER_LOG)")
     parser.add_argument("--plan", metavar="TARGET", help="rehearse a port: run the job where it runs (real CUDA "
-                        "included) and log each CUDA-facing call site with what TARGET (npu, sdaa, gcu, cpu) will do "
+                        f"included) and log each CUDA-facing call site with what TARGET ({', '.join(PROFILES)}) will do "
                         "with it, from the support table (sets TRANSFER_PLAN; needs --log or TRANSFER_LOG)")
     parser.add_argument("--compare", metavar="MODE", help="accuracy mode: nonfinite, shadow, record:FILE or "
                         "against:FILE, with :every=N,steps=A-B,... (sets TRANSFER_COMPARE; docs/accuracy.md)")

@@ -1,8 +1,8 @@
 """Which target to activate: TRANSFER_DEVICE, or what `auto` finds.
 
 `auto` order: a vendor package already imported wins; then an importable
-vendor package that reports devices; then real CUDA (transfer stands aside);
-else the `cpu` target. A vendor package that is installed but fails to import
+vendor package that reports devices, or a device built into torch (xpu) that
+torch reports; then real CUDA (transfer stands aside); else the `cpu` target. A vendor package that is installed but fails to import
 (the everyday Ascend case: CANN's set_env.sh not sourced) stops auto with an
 error naming it, its error and the fix, instead of falling back to the CPU; one
 that imports without devices is skipped with a warning naming it.
@@ -70,18 +70,19 @@ def select(device: Optional[str] = None, prepare: Optional[Prepare] = None) -> T
         return None, "TRANSFER_DEVICE=off"
     if value != AUTO:
         profile = PROFILES[value]
-        if profile.package is not None:
+        if not profile.is_cpu:
             activate_vendor(profile, prepare)
         return profile, f"TRANSFER_DEVICE={value}"
     return _auto(prepare)
 
 
 def vendor_profiles():
-    return [p for p in PROFILES.values() if p.package is not None]
+    return [p for p in PROFILES.values() if not p.is_cpu]
 
 
 def activate_vendor(profile: Profile, prepare: Optional[Prepare] = None) -> None:
-    """Import the vendor package and check it has devices, or raise a clear error."""
+    """Import the vendor package (none for a device built into torch) and check it has devices, or raise a
+    clear error."""
     undo = prepare(profile) if prepare is not None else (lambda: None)
     try:
         _import_vendor(profile)
@@ -94,14 +95,15 @@ def _import_vendor(profile: Profile) -> None:
     import torch
 
     active = _privateuse1_name(torch)
-    if active not in ("privateuseone", profile.device_type):
+    if profile.dispatch_key == "PrivateUse1" and active not in ("privateuseone", profile.device_type):
         raise VendorPackageMissing(
             f"{asking_for(profile.name)} selects {profile.vendor}'s '{profile.device_type}' device, but "
             f"this process already runs the '{active}' device plug-in; one process can use one. "
             f"Use {asking_for(active)} (or auto)."
         )
     try:
-        importlib.import_module(profile.package)
+        if profile.package is not None:
+            importlib.import_module(profile.package)
     except ImportError as exc:
         raise VendorPackageMissing(
             f"{asking_for(profile.name)} needs {profile.vendor}'s PyTorch plug-in '{profile.package}', "
@@ -113,7 +115,8 @@ def _import_vendor(profile: Profile) -> None:
     if count == 0:
         visible = profile.visible_devices_env
         raise NoDeviceError(
-            f"{profile.package} is installed but reports no {profile.device_type} device "
+            f"{profile.package or f'torch {torch.__version__}'} {'is installed but ' if profile.package else ''}"
+            f"reports no {profile.device_type} device "
             f"(torch.{profile.device_type}.device_count() == 0). Check the driver and "
             f"{visible} ({_shown(visible)}); {asking_for('cpu')} runs on the CPU instead."
         )
@@ -161,7 +164,11 @@ def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
             return profile, f"auto: {profile.package} is imported"
     broken, empty = [], []  # (profile, error): installed but failing to import / importing without devices
     for profile in vendor_profiles():
-        if importlib.util.find_spec(profile.package) is None:
+        if profile.builtin:  # in every torch: a candidate only where torch reports its devices
+            module = getattr(torch, profile.device_type, None)
+            if module is None or not module.is_available():
+                continue
+        elif importlib.util.find_spec(profile.package) is None:
             continue
         try:
             activate_vendor(profile, prepare)
@@ -172,7 +179,7 @@ def _auto(prepare: Optional[Prepare] = None) -> Tuple[Optional[Profile], str]:
             broken.append((profile, exc))
             continue
         _skipped(broken + empty, "")
-        return profile, f"auto: {profile.package} has devices"
+        return profile, f"auto: {profile.package or f'torch.{profile.device_type}'} has devices"
     cuda = torch.cuda.is_available()
     if broken and not cuda:
         raise _auto_refuses(broken)

@@ -38,6 +38,7 @@ warning naming the setting it likely means (`misspelled_names`).
 from __future__ import annotations
 
 import os
+import sys
 from typing import List, Mapping, NamedTuple, Optional, Tuple
 
 
@@ -53,7 +54,8 @@ FLAG, CHOICE, PATH, COUNT, NAMES = "yes/no", "choice", "path", "count", "names"
 
 #: Every TRANSFER_* variable transfer reads, one row each.
 SETTINGS: Tuple[Setting, ...] = (
-    Setting("TRANSFER_DEVICE", CHOICE, "the target: npu, sdaa, gcu, cpu, auto or off"),
+    Setting("TRANSFER_DEVICE", CHOICE, "the target: auto, off, cpu or an accelerator's profile name "
+            "(transfer/profiles.py; README's table of targets)"),
     Setting("TRANSFER_DISABLE", NAMES, "areas or patches left alone (comma-separated)"),
     Setting("TRANSFER_STRICT", FLAG, "an unsupported CUDA call raises instead of warning once"),
     Setting("TRANSFER_QUIET", FLAG, "no start-up banner"),
@@ -124,6 +126,16 @@ def log_directory(environ: Optional[Mapping[str, str]] = None) -> str:
 def report_path(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """TRANSFER_REPORT as written, None when unset."""
     return _environ(environ).get("TRANSFER_REPORT")
+
+
+def report_file(path: str) -> Optional[str]:
+    """This process's file of TRANSFER_REPORT `path`: {pid} and {rank} expanded (RANK, 0 without one). None in
+    torchrun's launcher (an elastic agent, no RANK of its own) when `path` names {rank}: its workers write theirs,
+    and the launcher, exiting last, would overwrite rank 0's report with its own."""
+    if "{rank}" in path and "RANK" not in os.environ \
+            and "torch.distributed.elastic.agent.server.api" in sys.modules:
+        return None
+    return path.replace("{pid}", str(os.getpid())).replace("{rank}", os.environ.get("RANK", "0"))
 
 
 def plan_name(environ: Optional[Mapping[str, str]] = None) -> str:
@@ -233,7 +245,7 @@ def _check_report_path(path: str) -> None:
     """TRANSFER_REPORT's folder must exist and be writable now: the report is written at exit."""
     from .errors import TransferError
 
-    concrete = path.replace("{pid}", str(os.getpid())).replace("{rank}", os.environ.get("RANK", "0"))
+    concrete = path.replace("{pid}", str(os.getpid())).replace("{rank}", os.environ.get("RANK", "0"))  # as a rank's
     folder = os.path.dirname(os.path.abspath(concrete))
     fix = "set it to a file in an existing folder you can write (e.g. /tmp/report-{rank}.json), or unset it"
     if os.path.isdir(concrete):

@@ -34,7 +34,11 @@ from .profiles import PROFILES
 from .dropins import FLASH_ATTN_VERSION
 
 TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED = "translated", "no-op", "placeholder", "unsupported"
-CLASSES = (TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED)
+# Classes of the operator rows (transfer/opsupport.py: torch APIs, not CUDA spellings): the target's plug-in
+# runs the operator on the host through its CPU fallback (CUDA's result, slower), or computes in float32
+# what CUDA computes in float64.
+CPU_FALLBACK, FLOAT32 = "cpu fallback", "float32"
+CLASSES = (TRANSLATED, NOOP, PLACEHOLDER, UNSUPPORTED, CPU_FALLBACK, FLOAT32)
 
 
 class Support(NamedTuple):
@@ -68,6 +72,8 @@ CUDA_NAMES: Tuple[str, ...] = (
     "reset_max_memory_cached", "reset_peak_host_memory_stats", "reset_peak_memory_stats", "seed", "seed_all",
     "set_device", "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
     "set_sync_debug_mode", "stream", "synchronize", "utilization", "default_generators",
+    # torch 2.15: CUDA graph debugging hooks (a DOT dump, pickled graph data) for CUDAGraph's capture hooks
+    "export_dot", "export_graph_data",
     # not in __all__, but torch calls them on itself once is_available() is True
     "_lazy_init", "_is_in_bad_fork",
 )
@@ -170,8 +176,9 @@ def _graph_support(profile: str, name: str) -> Support:
     p = PROFILES[profile]
     vendor = p.graphs
     if name in vendor:
+        pkg = p.package or "torch"  # xpu: torch's own
         return Support(TRANSLATED, f"torch.{p.device_type}.{vendor[name]}",
-                       f"{p.package}'s graph API (on a {p.package} without it: transfer's op replay)")
+                       f"{pkg}'s graph API (on a {pkg} without it: transfer's op replay)")
     home = "transfer.cpu.graph_replay"
     return Support(TRANSLATED, f"{home}.{name}", _REPLAY[name])
 
@@ -218,6 +225,28 @@ _Row = Tuple[str, str, str, str, Dict[str, Tuple[str, str, str]]]
 _CPU_AUTOCAST = (TRANSLATED, "torch.autocast('cpu', dtype=bfloat16)",
                  "float16 (CUDA's default) runs as bfloat16: fp16 matmul on CPUs is ~1000x slower; "
                  "TRANSFER_CPU_AMP_DTYPE=float16 keeps float16")
+
+
+def _collectives() -> Dict[str, Tuple[str, str, str]]:
+    """The all_reduce row's per-profile entries: what each backend does not reduce as NCCL does
+    (`Profile.collectives`), computed by transfer (patches/collectives.py)."""
+    from .profiles import NCCL_REDUCES
+
+    found = {}
+    for name, p in PROFILES.items():
+        limits = p.collectives
+        if limits is None:
+            continue
+        reduce = sorted(NCCL_REDUCES - limits.reduce_dtypes)
+        scatter = sorted(set(NCCL_REDUCES - limits.reduce_scatter_dtypes) - set(reduce))
+        what = [f"{', '.join(reduce)} tensors" if reduce else "",
+                f"reduce_scatter of {', '.join(scatter)}" if scatter else "",
+                "" if limits.integer_avg else "ReduceOp.AVG of integer tensors"]
+        found[name] = (TRANSLATED, f"'{p.backend}', or computed as NCCL computes it",
+                       f"{p.backend} does not reduce as NCCL does {'; '.join(w for w in what if w)} ({limits.source}): "
+                       "those are all-gathered over the same group and reduced on the host in their dtype, in rank "
+                       "order (world size times the data moved), named once with the script's line")
+    return found
 
 
 OTHER_APIS: Tuple[_Row, ...] = (
@@ -282,6 +311,21 @@ OTHER_APIS: Tuple[_Row, ...] = (
      "get_backend() returns '{backend}', so `== 'nccl'` is False; `transfer port --unsafe` accepts '{backend}'", {}),
     ("torch.nn.parallel.DistributedDataParallel", TRANSLATED, "DDP on {dev}",
      "device_ids/output_device keep their index", {}),
+    ("torch.distributed.all_reduce", TRANSLATED, "all_reduce over '{backend}'",
+     "also reduce, reduce_scatter(_tensor), DDP's gradient buckets and the functional collectives (DTensor): what "
+     "'{backend}' reduces as NCCL does goes to it", _collectives()),
+    ("ReduceOp.PREMUL_SUM", TRANSLATED, "each input times the factor, then a SUM",
+     "NCCL's pre-multiplied sum (FSDP2's gradient divide factor), computed so on every backend (gloo and the "
+     "plug-ins have none or refuse it); integer tensors refused with NCCL's words", {}),
+    ("ReduceOp.BAND/BOR/BXOR", UNSUPPORTED, "",
+     "NCCL has no bitwise reductions: the script fails as on CUDA, with NCCL's error ('Cannot use ReduceOp.BAND "
+     "with NCCL'), not {backend}'s; reduce 0/1 values with ReduceOp.MIN (and) or MAX (or)", {}),
+    ("torch.distributed.recv(src=None)", UNSUPPORTED, "",
+     "receiving from any rank: 'ProcessGroupNCCL does not support recvAnysource', as on CUDA; pass src=", {}),
+    ("torch.distributed.gather", TRANSLATED, "dist.gather over '{backend}'", "the group's own gather",
+     {"npu": (TRANSLATED, "torch_npu's dist.gather (an all_gather)",
+              "ProcessGroupHCCL has no gather: torch_npu puts an all_gather in dist.gather's place and warns once on "
+              "the destination; the destination gets what NCCL's gather gives")}),
     ("DeviceMesh('cuda')", TRANSLATED, "DeviceMesh('{dev}')",
      "init_device_mesh('cuda', ...), DeviceMesh('cuda', ...), DeviceMesh.from_group: FSDP2, DTensor and tensor "
      "parallelism place parameters and shards on {dev}:<rank>, collectives '{backend}'",
@@ -297,8 +341,24 @@ OTHER_APIS: Tuple[_Row, ...] = (
      "another target", {"cpu": (TRANSLATED, "dcp.save / dcp.load on cpu", "host tensors, written as they are")}),
     ("torch.nn.SyncBatchNorm", TRANSLATED, "SyncBatchNorm on {dev}", "the device check accepts the target",
      {"cpu": (TRANSLATED, "SyncBatchNorm on cpu", "transfer adds the CPU kernels stock torch lacks")}),
-    ("torch.nn.DataParallel", TRANSLATED, "one {dev} device",
-     "torch's scatter/gather are CUDA-only C++: runs on one device of the target; use DDP for more", {}),
+    ("torch.nn.DataParallel", TRANSLATED, "replicas on {dev}:<i>, run in turn",
+     "torch's scatter/broadcast/gather are CUDA-only C++: done by device copies, CUDA's split, replicas and "
+     "per-chunk BatchNorm statistics; the replicas run one after another (CUDA overlaps them); use DDP for speed",
+     {"cpu": (TRANSLATED, "replicas on the CPU, run in turn",
+              "torch's scatter/broadcast/gather are CUDA-only C++: done by copies, CUDA's split, replicas and "
+              "per-chunk BatchNorm statistics, one replica after another")}),
+    ("torch.nn.parallel.data_parallel", TRANSLATED, "replicas on {dev}:<i>, run in turn",
+     "the functional form of nn.DataParallel (DCGAN's `if input.is_cuda and ngpu > 1`), computed as it is",
+     {"cpu": (TRANSLATED, "replicas on the CPU, run in turn",
+              "the functional form of nn.DataParallel (DCGAN's `if input.is_cuda and ngpu > 1`), computed as it is")}),
+    ("Module.share_memory", TRANSLATED, "no-op for {dev} tensors; sent through {pkg}'s IPC",
+     "as CUDA: device tensors stay where they are and reach mp.Process workers through the plug-in's IPC "
+     "(hogwild); where the plug-in has none (torch_npu 2.3.1-2.6.0), sending one raises UnsupportedCudaAPI",
+     {"cpu": (TRANSLATED, "Module.share_memory()", "host tensors: moved to shared memory, as torch does"),
+      **{p.name: (TRANSLATED, f"no-op for {p.device_type} tensors", f"as CUDA, device tensors stay where they are; "
+                  f"{p.package or 'torch'} is not known to share device memory between processes: sending one to an "
+                  "mp.Process raises UnsupportedCudaAPI unless the plug-in registers its IPC (keep the shared model "
+                  "on the CPU, or use DDP)") for p in PROFILES.values() if not p.is_cpu and not p.device_ipc}}),
     ("torch.utils.cpp_extension.CUDAExtension", UNSUPPORTED, "",
      "CUDA C++ kernels do not run on {vendor}: CUDAExtension (and cpp_extension.load / load_inline of .cu "
      "sources, cuda_sources or with_cuda=True) raises UnsupportedCudaAPI naming the files and what the target "
@@ -611,15 +671,16 @@ def _other_support(profile: str, row: _Row) -> Support:
         cls, to, reason = overrides[profile]
     p = PROFILES[profile]
     fill = dict(dev=p.device_type, backend=p.backend, pkg=p.package or "torch", vendor=p.vendor, fa=FLASH_ATTN_VERSION,
-                key="CPU" if p.is_cpu else "PrivateUse1")
+                key=p.dispatch_key)
     return Support(cls, to.format(**fill), reason.format(**fill))
 
 
-def lookup(profile: str, api: str) -> Support:
+def lookup(profile: str, api: str, torch_version: Optional[str] = None) -> Support:
     """How `profile` handles `api` ("torch.cuda.synchronize", "Tensor.cuda", ...).
 
     A torch.cuda name the table does not list (a newer torch) follows the
-    torch.cuda contract above; any other unknown API raises KeyError.
+    torch.cuda contract above; a torch API of the target's operator data (`op_support`) is judged for
+    `torch_version` (default: the newest the data has); any other unknown API raises KeyError.
     """
     if profile not in PROFILES:
         raise KeyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
@@ -627,7 +688,40 @@ def lookup(profile: str, api: str) -> Support:
         return _other_support(profile, _OTHER[api])
     if api.startswith("torch.cuda."):
         return _cuda_support(profile, api[len("torch.cuda."):])
+    found = op_support(profile, api, torch_version)
+    if found is not None:
+        return found
     raise KeyError(f"{api!r} is not in the support table")
+
+
+# ------------------------------------------------------------------ operators (transfer/opsupport.py)
+
+def op_support(profile: str, api: str, torch_version: Optional[str] = None) -> Optional[Support]:
+    """The row of a torch API the target computes otherwise (``torch.lgamma``: its plug-in's CPU fallback for
+    `torch_version`; ``Tensor.double``: float32), None when the target's data does not name `api`."""
+    from . import opsupport
+
+    p = PROFILES[profile]
+    if api in opsupport.FLOAT64_ROWS:
+        if not p.float64_cast:
+            return Support(TRANSLATED, "float64", "a float64 cast, as on CUDA")
+        return Support(FLOAT32, "", f"{p.float64_cast.partition(' (')[2].rstrip(')')}; a device argument keeps "
+                       "float64 (x.to(device, torch.float64)), as does moving a float64 host tensor; transfer names "
+                       "the first cast at run time (docs/limits.md)")
+    if not (api.startswith("torch.") or api.startswith("Tensor.")):
+        return None
+    coverage = opsupport.coverage(profile, torch_version) if p.op_coverage else None
+    uses = coverage.apis.get(api) if coverage is not None else None
+    if uses is None:
+        return None
+    forward, backward = uses.get("forward", ()), uses.get("backward", ())
+    ops = ", ".join(opsupport.aten_name(o) for o in forward or backward)
+    when = "" if forward else "in backward: "
+    extra = f" (in backward also {', '.join(opsupport.aten_name(o) for o in backward)})" if forward and backward else ""
+    return Support(CPU_FALLBACK, f"{when}{ops} on the CPU",
+                   f"{coverage.describe()} has no {p.device_type} kernel for {ops}{extra}: its CPU fallback copies "
+                   "the tensors to the host and back, CUDA's result at host speed (transfer counts the calls: "
+                   "transfer.status()['fallbacks'])")
 
 
 def apis() -> List[str]:

@@ -1,6 +1,6 @@
 """Probe of the torch.cuda -> torch.<vendor> mapping, run in its own process.
 
-Run with TRANSFER_DEVICE=<vendor> and tests/vendors on PYTHONPATH; prints
+Run with TRANSFER_DEVICE=<vendor> and the vendor's stand-in on PYTHONPATH; prints
 PROBE OK at the end. Each check is an assert with a message.
 """
 import inspect
@@ -43,13 +43,21 @@ assert torch.cuda.is_current_stream_capturing() is False
 torch.cuda.nvtx.range_push("probe")
 torch.cuda.nvtx.range_pop()
 
-# An API the vendor lacks: a clear error naming it and the package.
+# An API the vendor lacks (get_arch_list; torch.xpu has one, torch 2.15's list_gpu_processes too, not memory_summary):
+# a clear error naming it and the package.
+from transfer import support
+from transfer.profiles import PROFILES
+
+lacking = next(n for n in ("get_arch_list", "list_gpu_processes", "memory_summary")
+               if support.lookup(name, f"torch.cuda.{n}").cls == support.UNSUPPORTED
+               and not hasattr(getattr(torch, PROFILES[name].device_type), n))
 try:
-    torch.cuda.get_arch_list()
+    getattr(torch.cuda, lacking)()
 except UnsupportedCudaAPI as exc:
-    assert "torch.cuda.get_arch_list" in str(exc) and f"torch_{name}" in str(exc), exc
+    package = PROFILES[name].package or "torch"  # xpu: torch's own
+    assert f"torch.cuda.{lacking}" in str(exc) and package in str(exc), exc
 else:
-    raise AssertionError("get_arch_list should be unsupported")
+    raise AssertionError(f"{lacking} should be unsupported")
 # CUDA graphs: the vendor's graph API (npu) or transfer's replay, never the unsupported stand-in class.
 graph = torch.cuda.CUDAGraph()
 static = torch.ones(2, device="cuda")

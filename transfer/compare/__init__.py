@@ -4,7 +4,9 @@ Switched on by ``TRANSFER_COMPARE=MODE[:OPTIONS]`` (or ``transfer-run --compare 
 at install (`transfer.install` calls `from_environment` once the target is ready; on a real CUDA machine
 too, where ``record:FILE`` writes the reference). Modes (`settings`): ``nonfinite`` (`nonfinite.py`),
 ``shadow`` (`shadow.py`), ``record:FILE`` / ``against:FILE`` (`digest.py`); what each operation is and
-where it comes from: `session.py`; the report: `report.py`.
+where it comes from: `session.py`; what runs per operation (in C where built): `watch.py`; the cheap level
+that runs instead in the steps not watched operation by operation (module outputs, gradients, the
+optimizer's results) and its replays: `sentinels.py`, `replay.py`; the report: `report.py`.
 
 The run itself is untouched: the operations run as they would, on the script's tensors; the checks read
 them or work on copies, never draw random numbers, and never synchronise per operation. torch.compile:
@@ -41,8 +43,9 @@ def from_environment(device: str) -> None:
         start(parse(value), device)
 
 
-def start(settings: Settings, device: str = "cpu"):
-    """Start checking this process's operations; the summary line is printed at `stop` or at exit."""
+def start(settings: Settings, device: str = "cpu", python: bool = False):
+    """Start checking this process's operations; the summary line is printed at `stop` or at exit.
+    `python`: the Python watch even where the C one is built (`watch.py`)."""
     global _session
     import atexit
 
@@ -64,7 +67,7 @@ def start(settings: Settings, device: str = "cpu"):
         from .digest import Digests
 
         checker = Digests(report, settings)
-    session = Session(settings, checker, report)
+    session = Session(settings, checker, report, python, device)
     checker.session = session
     _run_compiled_regions_eagerly(session)
     session.start()

@@ -15,6 +15,12 @@ Options (``key=value``, comma-separated; the first option of record/against may 
   steps (0-based: the number of optimizer steps taken before); ``modules=P+Q``: only operations inside
   those modules (path prefixes as ``named_modules`` spells them, ``transformer.h.0``); ``ops=gelu+mm``:
   only those aten operations;
+* ``exact`` (also ``exact=A-B``, ``exact=none``): which steps every operation is watched in. Elsewhere
+  ``nonfinite``, ``record`` and ``against`` run their cheap level (`sentinels.py`: module outputs,
+  gradients, the optimizer's results; ``nonfinite`` then names the operation by replaying what made the
+  value, `replay.py`). Defaults: ``record`` ``exact=0`` (the first step operation by operation, the others
+  per module), ``against`` the steps its record has operation by operation, ``nonfinite`` none;
+  ``shadow``, ``modules=`` and ``ops=`` watch every operation of every checked step;
 * thresholds, each optionally narrowed to an op and/or a dtype (``KEY[.op][.dtype]=value``, dtypes
   ``fp64 fp32 bf16 fp16``): ``ratio`` (shadow: the target's error from float64 may be at most this many
   times the CPU's own error in the op's dtype; default 2), ``ulp`` (shadow: plus this many units in the
@@ -45,7 +51,7 @@ DEFAULTS: Dict[Tuple[str, str], float] = {
     ("rtol", "fp64"): 1e-4, ("rtol", "fp32"): 1e-4, ("rtol", "fp16"): 2e-3, ("rtol", "bf16"): 1e-2,
 }
 VARIABLE = "TRANSFER_COMPARE"
-FIX = ("use nonfinite, shadow, record:FILE or against:FILE, optionally followed by :every=N,steps=A-B,"
+FIX = ("use nonfinite, shadow, record:FILE or against:FILE, optionally followed by :every=N,steps=A-B,exact,"
        "modules=a.b+c,ops=gelu+mm,report=FILE (docs/accuracy.md), or unset it")
 
 
@@ -59,6 +65,8 @@ class Settings(NamedTuple):
     ops: Tuple[str, ...] = ()
     thresholds: Tuple[Tuple[str, str, str, float], ...] = ()  # (key, op, dtype, value) given by the user
     report: str = "transfer-compare-rank{rank}.jsonl"
+    exact: Optional[str] = None  # steps watched operation by operation: None (the mode's default), "all",
+    # "none" or a range "A", "A-B", "A-" (`exact_steps`)
 
     def threshold(self, key: str, op: str, dtype: str) -> float:
         """The most specific value of `key` for `op` (``gelu``) and `dtype` (``bf16``)."""
@@ -71,6 +79,15 @@ class Settings(NamedTuple):
         if best is not None:
             return best
         return DEFAULTS.get((key, dtype), DEFAULTS.get((key, ""), 0.0))
+
+    def exact_steps(self) -> Optional[str]:
+        """The steps every operation is watched in: "all", "none" or a range (the mode's default applied;
+        ``against`` without ``exact``: None, the record decides)."""
+        if self.mode == "shadow" or self.modules or self.ops:
+            return "all"
+        if self.exact is not None:
+            return self.exact
+        return {"record": "0", "nonfinite": "none"}.get(self.mode)
 
     def step_checked(self, step: int) -> bool:
         if step < self.first_step or (self.last_step is not None and step > self.last_step):
@@ -104,6 +121,8 @@ def parse(value: str) -> Settings:
             continue
         key, sep, val = option.partition("=")
         key, val = key.strip().lower(), val.strip()
+        if key == "exact" and not sep:
+            sep, val = "=", "all"
         if not sep or not val:
             raise _fail(value, f"option {option!r} has no value (key=value)")
         if key == "every":
@@ -111,11 +130,14 @@ def parse(value: str) -> Settings:
                 raise _fail(value, f"every={val!r} is not a whole number from 1")
             fields["every"] = int(val)
         elif key == "steps":
-            first, dash, last = val.partition("-")
-            if not first.isdigit() or (last and not last.isdigit()) or (last and int(last) < int(first)):
+            steps = step_range(val)
+            if steps is None:
                 raise _fail(value, f"steps={val!r} is not a step range (A, A-B or A-, from 0)")
-            fields["first_step"] = int(first)
-            fields["last_step"] = (int(last) if last else None) if dash else int(first)
+            fields["first_step"], fields["last_step"] = steps
+        elif key == "exact":
+            if val not in ("all", "none") and step_range(val) is None:
+                raise _fail(value, f"exact={val!r} is not all, none or a step range (A, A-B or A-, from 0)")
+            fields["exact"] = val
         elif key in ("modules", "ops"):
             names = tuple(n.strip() for n in val.split("+") if n.strip())
             if key == "ops":
@@ -141,7 +163,7 @@ def parse(value: str) -> Settings:
                 raise _fail(value, f"{key}={val!r} is out of range")
             thresholds.append((name, op, dtype, number))
         else:
-            raise _fail(value, f"unknown option {key!r} (every, steps, modules, ops, report, "
+            raise _fail(value, f"unknown option {key!r} (every, steps, exact, modules, ops, report, "
                         f"{', '.join(THRESHOLDS)})")
     fields["thresholds"] = tuple(thresholds)
     settings = Settings(**fields)
@@ -156,6 +178,24 @@ def parse(value: str) -> Settings:
     if not os.path.isdir(folder):
         raise _fail(value, f"the folder {folder} of the report does not exist")
     return settings
+
+
+def step_range(text: str) -> Optional[Tuple[int, Optional[int]]]:
+    """``A``, ``A-B`` or ``A-`` as (first, last or None); None when it is not one."""
+    first, dash, last = text.partition("-")
+    if not first.isdigit() or (last and not last.isdigit()) or (last and int(last) < int(first)):
+        return None
+    return int(first), ((int(last) if last else None) if dash else int(first))
+
+
+def in_steps(spec: Optional[str], step: int) -> bool:
+    """Whether `step` is among the steps `spec` names ("all", "none", a `step_range`; None: none)."""
+    if spec is None or spec == "none":
+        return False
+    if spec == "all":
+        return True
+    first, last = step_range(spec)
+    return step >= first and (last is None or step <= last)
 
 
 def rank() -> int:

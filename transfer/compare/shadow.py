@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from .nonfinite import floats
+from .watch import FAST_NONE, SLOW
 
 _DTYPE = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 _EPS = {torch.float64: 2.0 ** -52, torch.float32: 2.0 ** -23, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
@@ -127,12 +128,18 @@ def _cpu_kwargs(kwargs: Dict[str, Any], upcast: bool, fresh: bool = True) -> Dic
 
 
 class Shadow:
+    fast = FAST_NONE  # every operation through the session: copies before it runs
+
     def __init__(self, report, settings):
         self.report, self.settings = report, settings
         self.session = None
         self.why: Dict[Any, Optional[str]] = {}
         self.rows: Dict[tuple, float] = {}
         self.diverged_step: Optional[int] = None
+
+    def classify(self, func, name: str) -> int:
+        """The watch's flags for an operation (`watch.py`): all the session's (`before` copies)."""
+        return SLOW
 
     def before(self, func, args, kwargs, op):
         why = self.why.get(func, 0)
@@ -290,8 +297,7 @@ class Shadow:
             rows = [{"module": m, "phase": p, "error": e} for (m, p), e in self.rows.items()]
             self.report.modules(step, rows, "error / allowed error")
             if self.session is not None:
-                self.session.stopped = True
-                self.session.checking = False
+                self.session.halt()
         self.rows = {}
 
     def finish(self) -> None:

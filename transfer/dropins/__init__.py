@@ -27,7 +27,13 @@ at the first import of the name (never at install), and when it is True the
 finder steps aside for that package. Nothing of a package is imported until a
 program imports it, so processes that never do pay one dict lookup per import
 of another module that is not yet loaded. A package already in ``sys.modules``
-when transfer installs (imported before it) is left as it is.
+when transfer installs (imported before it) is left as it is, except one that
+torch itself imports during ``import torch`` (``imported_by_torch``: torch/cuda
+probes for ``pynvml``, which nvidia-ml-py provides in NVIDIA's containers and
+beside nvitop or gpustat): where it is to be served, ours takes the real one's
+place in ``sys.modules`` and in the torch modules holding it, at install, and
+the undo puts the real one back. A script that imported the real one itself
+before transfer installed keeps the module it holds.
 
 Switches: ``TRANSFER_DISABLE=thirdparty`` (all) or ``thirdparty.<name>``
 (one); the registry lists each served package as ``thirdparty.<name>``.
@@ -36,7 +42,8 @@ Uninstalling removes the finder and every module it created from sys.modules.
 Under ``TRANSFER_DEVICE=...`` a script may import one of these names before
 torch (so before transfer installs): `ImportTrigger`, armed at start-up by
 ``transfer._autoload.arm``, imports torch at that moment (which installs
-transfer) and hands the import to the finder.
+transfer) and hands the import to the finder, or to the module install took
+over (`_AlreadyServed`).
 
 Adding a package: a `Package` row here, its public module tree in
 ``transfer/dropins/<name>/``, its rows in ``transfer/support.py``.
@@ -47,7 +54,7 @@ from __future__ import annotations
 import os
 import sys
 from types import MappingProxyType
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -62,6 +69,7 @@ class Package(NamedTuple):
     home: Optional[str] = None  # folder of our public module tree (under HERE); None: refused
     refusal: str = ""  # the ImportError message of a refused package
     summary: str = ""  # the metadata Summary
+    imported_by_torch: Tuple[str, ...] = ()  # torch modules that import the real one during `import torch`
 
 
 def real_spec(name: str):
@@ -102,7 +110,8 @@ PACKAGES: Mapping[str, Package] = MappingProxyType({
         Package("amp_C", "apex", APEX_VERSION, cuda_kernels_only, home="amp_C",
                 summary="apex's multi-tensor kernels (amp_C) on torch foreach ops, provided by transfer"),
         Package("pynvml", "nvidia-ml-py", "13.615.71", cuda_kernels_only, home="pynvml",
-                summary="NVML's queries (pynvml) answered for the target's devices, provided by transfer"),
+                summary="NVML's queries (pynvml) answered for the target's devices, provided by transfer",
+                imported_by_torch=("torch.cuda",)),  # torch/cuda/__init__.py: `import pynvml` where installed
         # flash-attention's compiled extensions (csrc/), imported by name by its older layers and by trainers
         Package("rotary_emb", "rotary_emb", "0.1", cuda_kernels_only, home="rotary_emb",
                 summary="flash-attention's rotary kernel (apply_rotary) in torch, provided by transfer"),
@@ -254,13 +263,48 @@ def apply(ctx) -> None:
         key = f"thirdparty.{name}"
         if not ctx.registry.enabled(key):
             continue
-        if name in sys.modules:  # imported before transfer installed: left alone
-            continue
+        if name in sys.modules:  # imported before transfer installed: left alone, unless torch imported it
+            if not package.imported_by_torch:
+                continue
+            finder.packages[name] = package
+            if finder.serves(name) is None:
+                del finder.packages[name]
+                continue
+            ctx.registry.on_revert(key, _take_over(ctx, key, package))
         finder.packages[name] = package
         ctx.registry.on_revert(key, _remover(finder, name))
     if finder.packages:
         sys.meta_path.insert(0, finder)
         _finder = finder
+
+
+def _take_over(ctx, key: str, package: Package) -> Callable[[], None]:
+    """Serve `package` in place of the real one, which torch imported during `import torch`, before transfer
+    installed: ours takes its place in sys.modules and in each module of ``package.imported_by_torch`` that
+    holds it (``torch.cuda.pynvml``, through the registry). Returns the undo that puts the real one back in
+    sys.modules (run after `_remover` has taken ours out)."""
+    from importlib.util import module_from_spec
+
+    name = package.name
+    real = sys.modules.pop(name)
+    spec = _spec(package, name)
+    ours = module_from_spec(spec)
+    sys.modules[name] = ours
+    try:
+        spec.loader.exec_module(ours)
+    except BaseException:
+        sys.modules[name] = real
+        raise
+    for holder in package.imported_by_torch:
+        module = sys.modules.get(holder)
+        if module is not None and getattr(module, name, None) is real:
+            ctx.registry.replace(key, module, name, ours)
+
+    def undo() -> None:
+        if name not in sys.modules:
+            sys.modules[name] = real
+
+    return undo
 
 
 def _remover(finder: _Finder, name: str) -> Callable[[], None]:
@@ -288,10 +332,40 @@ class ImportTrigger:
             return None  # once torch is imported, the finder (ahead of this one) has answered
         import torch  # noqa: F401  (transfer installs at the end of this import)
 
-        return _finder.find_spec(fullname, path, target) if _finder is not None else None
+        if _finder is None:
+            return None
+        served = sys.modules.get(fullname)
+        if served is not None and fullname in _finder.created(fullname.partition(".")[0]):
+            # torch imported the name itself (pynvml) and install took it over: this import gets that module
+            del sys.modules[fullname]  # else importlib would load a second copy from the module's own spec
+            return _AlreadyServed.spec(served)
+        return _finder.find_spec(fullname, path, target)
 
     def find_distributions(self, context=None):
         return iter(())
 
     def invalidate_caches(self):
         pass
+
+
+class _AlreadyServed:
+    """The loader handing an import the module transfer already serves under that name.
+
+    importlib builds a new module from any spec a finder returns, so the finder returns this one's, with the
+    module out of sys.modules for that moment: `create_module` gives the module back, and `exec_module` (after
+    importlib set the module's ``__spec__`` to this spec) restores its own."""
+
+    def __init__(self, module):
+        self.module, self.original = module, module.__spec__
+
+    @classmethod
+    def spec(cls, module):
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(module.__name__, cls(module), origin=module.__spec__.origin)
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        module.__spec__ = self.original

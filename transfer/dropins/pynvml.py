@@ -31,11 +31,30 @@ import os
 from typing import List
 
 NVML_SUCCESS = 0
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
+
+#: NVML's return codes (nvml.h, as nvidia-ml-py 13.615 names them): each is the constant NVML_ERROR_<NAME> and the
+#: class NVMLError_<Name> (an NVMLError subclass), as in nvidia-ml-py, so `except pynvml.NVMLError_LibraryNotFound:`
+#: and `from pynvml import NVMLError_DriverNotLoaded` (torch.cuda's own) work; the text is NVML's error string.
+_ERRORS = {
+    1: ("UNINITIALIZED", "Uninitialized"), 2: ("INVALID_ARGUMENT", "Invalid Argument"),
+    3: ("NOT_SUPPORTED", "Not Supported"), 4: ("NO_PERMISSION", "Insufficient Permissions"),
+    5: ("ALREADY_INITIALIZED", "Already Initialized"), 6: ("NOT_FOUND", "Not Found"),
+    7: ("INSUFFICIENT_SIZE", "Insufficient Size"), 8: ("INSUFFICIENT_POWER", "Insufficient External Power"),
+    9: ("DRIVER_NOT_LOADED", "Driver Not Loaded"), 10: ("TIMEOUT", "Timeout"),
+    11: ("IRQ_ISSUE", "Interrupt Request Issue"), 12: ("LIBRARY_NOT_FOUND", "NVML Shared Library Not Found"),
+    13: ("FUNCTION_NOT_FOUND", "Function Not Found"), 14: ("CORRUPTED_INFOROM", "Corrupted infoROM"),
+    15: ("GPU_IS_LOST", "GPU is lost"), 16: ("RESET_REQUIRED", "GPU requires restart"),
+    17: ("OPERATING_SYSTEM", "The operating system has blocked the request."),
+    18: ("LIB_RM_VERSION_MISMATCH", "RM has detected an NVML/RM version mismatch."),
+    19: ("IN_USE", "In Use"), 20: ("MEMORY", "Insufficient Memory"), 21: ("NO_DATA", "No Data"),
+    22: ("VGPU_ECC_NOT_SUPPORTED", "vGPU ECC Not Supported"), 23: ("INSUFFICIENT_RESOURCES", "Insufficient Resources"),
+    24: ("FREQ_NOT_SUPPORTED", "Frequency Not Supported"), 25: ("ARGUMENT_VERSION_MISMATCH", "Argument Version Mismatch"),
+    26: ("DEPRECATED", "Deprecated"), 27: ("NOT_READY", "Not Ready"), 28: ("GPU_NOT_FOUND", "GPU Not Found"),
+    29: ("INVALID_STATE", "Invalid State"), 30: ("RESET_TYPE_NOT_SUPPORTED", "Reset Type Not Supported"),
+    999: ("UNKNOWN", "Unknown Error"),
+}
 
 
 class NVMLError(Exception):
@@ -56,8 +75,7 @@ class NVMLError(Exception):
         super().__init__(message or self.__class__.__name__)
 
     def __str__(self):
-        return self.message or {1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported"}.get(self.value,
-                                                                                                   "Unknown Error")
+        return self.message or _ERRORS.get(self.value, ("", f"NVML Error with code {self.value}"))[1]
 
     def __eq__(self, other):
         return isinstance(other, NVMLError) and self.value == other.value
@@ -66,21 +84,24 @@ class NVMLError(Exception):
         return hash(self.value)
 
 
-class NVMLError_Uninitialized(NVMLError):
-    pass
+def _error_classes() -> None:
+    """NVML_ERROR_<NAME> and NVMLError_<Name> for each of `_ERRORS`, as nvidia-ml-py makes them."""
+    for value, (name, _) in _ERRORS.items():
+        cls = type("NVMLError_" + "".join(part.capitalize() for part in name.split("_")), (NVMLError,),
+                   {"__module__": __name__})
+        globals()[f"NVML_ERROR_{name}"] = value
+        globals()[cls.__name__] = NVMLError._by_value[value] = cls
 
 
-class NVMLError_InvalidArgument(NVMLError):
-    pass
+_error_classes()
+NVML_ERROR_UNINITIALIZED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED = 1, 2, 3  # for readers of this file
 
 
-class NVMLError_NotSupported(NVMLError):
-    pass
-
-
-NVMLError._by_value.update({NVML_ERROR_UNINITIALIZED: NVMLError_Uninitialized,
-                            NVML_ERROR_INVALID_ARGUMENT: NVMLError_InvalidArgument,
-                            NVML_ERROR_NOT_SUPPORTED: NVMLError_NotSupported})
+def nvmlExceptionClass(nvmlErrorCode: int):
+    """The NVMLError subclass of an NVML return code (ValueError for one NVML does not have), as nvidia-ml-py."""
+    if nvmlErrorCode not in NVMLError._by_value:
+        raise ValueError(f"nvmlErrorCode {nvmlErrorCode} is not valid")
+    return NVMLError._by_value[nvmlErrorCode]
 
 
 class c_nvmlMemory_t:

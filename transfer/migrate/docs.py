@@ -1,8 +1,8 @@
-"""docs/support-matrix.md, rendered from the support table.
+"""docs/support-matrix.md, rendered from the support table, and README.md's table of targets.
 
-``python -m transfer.migrate.docs`` (or ``transfer docs``) writes it;
-``--check`` exits 1 when the file on disk is stale (CI and
-tests/test_migrate.py run that).
+``python -m transfer.migrate.docs`` (or ``transfer docs``) writes both (README.md's table between its
+TARGETS markers, when README.md is beside the docs/ folder written to); ``--check`` exits 1 when either
+on disk is stale (CI and tests/test_migrate.py run that). A new target is a profile: both follow from it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,27 @@ from ..profiles import PROFILES
 from . import rewrites
 
 DEFAULT_PATH = os.path.join("docs", "support-matrix.md")  # from the checkout's root
+README_BEGIN = "<!-- TARGETS: generated from transfer/profiles.py by `python -m transfer.migrate.docs`; do not edit -->"
+README_END = "<!-- /TARGETS -->"
+
+
+def targets_table() -> List[str]:
+    """One row per target (transfer/profiles.py): what TRANSFER_DEVICE says, the plug-in, the collectives and the
+    visible-devices variable that stand for NCCL's and CUDA's."""
+    lines = ["| target | vendor | plug-in | collectives (for `nccl`) | visible devices (for `CUDA_VISIBLE_DEVICES`) |",
+             "|---|---|---|---|---|"]
+    for p in PROFILES.values():
+        plugin = p.package or ("none" if p.is_cpu else f"torch itself (`torch.{p.device_type}`)")
+        lines.append(f"| `{p.name}` | {p.vendor} | {plugin} | {p.backend} | {p.visible_devices_env or '-'} |")
+    return lines
+
+
+def readme(text: str) -> str:
+    """README.md's text with its table of targets rendered anew (unchanged where it has no markers)."""
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        return text
+    return text[:start + len(README_BEGIN)] + "\n" + "\n".join(targets_table()) + "\n" + text[end:]
 
 
 def _cell(entry: support.Support) -> str:
@@ -49,7 +70,8 @@ def render() -> str:
             why = distinct[0][1] if len(distinct) == 1 else "; ".join(f"{p}: {r}" for p, r in distinct)
             reasons.append(f"- `{api}`: {why}")
     lines += ["", "## Why", ""] + [r.replace("|", "\\|") for r in reasons]
-    return "\n".join(lines + _native_rewrites() + _environment(profiles)) + "\n"
+    targets = ["", "## Targets", ""] + targets_table()
+    return "\n".join(lines + targets + _native_rewrites() + _environment(profiles)) + "\n"
 
 
 def _native_rewrites() -> List[str]:
@@ -126,22 +148,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--output", "-o", default=DEFAULT_PATH, help=f"where to write it (default: {DEFAULT_PATH})")
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the table, write nothing")
     args = parser.parse_args(argv)
-    text = render()
-    if args.check:
+    outputs = {args.output: render()}
+    readme_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.output))), "README.md")
+    if os.path.basename(os.path.dirname(os.path.abspath(args.output))) == "docs" and os.path.exists(readme_path):
+        with open(readme_path, encoding="utf-8") as fh:
+            outputs[readme_path] = readme(fh.read())
+    stale = 0
+    for path, text in outputs.items():
         try:
-            with open(args.output, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8") as fh:
                 current = fh.read()
         except FileNotFoundError:
             current = None
-        if current != text:
-            print(f"{args.output} is stale: regenerate it with `python -m transfer.migrate.docs`", file=sys.stderr)
-            return 1
-        return 0
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"wrote {args.output}")
-    return 0
+        if current == text:
+            continue
+        if args.check:
+            print(f"{path} is stale: regenerate it with `python -m transfer.migrate.docs`", file=sys.stderr)
+            stale = 1
+            continue
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(f"wrote {path}")
+    return stale
 
 
 if __name__ == "__main__":

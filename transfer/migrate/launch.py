@@ -53,7 +53,7 @@ def render(profile: str, main: str, source: str) -> str:
     lines = [
         "#!/bin/sh",
         f"# Written by `transfer port --device {p.name} --main {main}`: starts {main} on {p.vendor} "
-        f"{p.device_type} devices ({p.package}, {p.backend}).",
+        f"{p.device_type} devices ({p.package or 'torch'}, {p.backend}).",
     ]
     if how == TORCHRUN:
         lines += [
@@ -81,7 +81,8 @@ def render(profile: str, main: str, source: str) -> str:
         lines += _carry(nccl, rename.target, value)
     entry = f'"$HERE"/{shlex.quote(main)}'
     if how == TORCHRUN:
-        count = f"import torch, {p.package}; print(torch.{p.device_type}.device_count())"
+        count = f"import {', '.join(['torch'] + ([p.package] if p.package else []))}; " \
+                f"print(torch.{p.device_type}.device_count())"
         lines += [
             f"NPROC=${{NPROC:-$(\"$PYTHON\" -c '{count}')}}",
             'exec "$PYTHON" -m torch.distributed.run --nproc_per_node="$NPROC" --nnodes="${NNODES:-1}" '

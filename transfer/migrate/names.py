@@ -37,12 +37,15 @@ SYNONYMS = {
     "torch.nn.parallel.distributed.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
     "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.DataParallel",
+    "torch.nn.parallel.data_parallel.data_parallel": "torch.nn.parallel.data_parallel",
     "torch.nn.modules.SyncBatchNorm": "torch.nn.SyncBatchNorm",
     "torch.distributed.distributed_c10d.init_process_group": "torch.distributed.init_process_group",
     "torch.distributed.distributed_c10d.new_group": "torch.distributed.new_group",
     "torch.distributed.distributed_c10d.get_backend": "torch.distributed.get_backend",
     "torch.distributed.distributed_c10d.is_nccl_available": "torch.distributed.is_nccl_available",
 }
+#: torch's data parallelism in one process (the class and its functional form): named, CUDA-only natively.
+DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.data_parallel")
 #: Triton names that mark a kernel (each decorated function is one finding; tl.* inside it is not).
 TRITON_KERNEL = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 
@@ -73,7 +76,7 @@ def might_have_findings(text: str) -> bool:
 def api_of(qualified: str) -> Optional[str]:
     """The support-table API a dotted name refers to, or None."""
     qualified = SYNONYMS.get(qualified, qualified)
-    if qualified == "torch.nn.DataParallel":
+    if qualified in DATA_PARALLEL:
         return qualified
     for name in NAMED:
         if qualified == name or qualified.startswith(name + "."):

@@ -307,7 +307,7 @@ class Porter:
 
     def has_vendor_import(self) -> bool:
         package = self.profile.package
-        return any(b.qualified == package or b.qualified.startswith(package + ".") for b in self.imports.bindings)
+        return package is None or any(b.qualified == package or b.qualified.startswith(package + ".") for b in self.imports.bindings)
 
     def insert_vendor_import(self, text: str, edits: List[Edit]) -> Tuple[str, int]:
         """`text` with ``import <package>`` after the first top-level torch import (before it, when that
@@ -391,7 +391,8 @@ def check_profile(profile: str) -> None:
     if profile not in PROFILES:
         raise ValueError(f"unknown device {profile!r}; choose one of {', '.join(PROFILES)}")
     if PROFILES[profile].is_cpu:
-        raise ValueError("port writes vendor code (npu, sdaa, gcu); for the CPU, run the script unchanged "
+        vendors = ", ".join(p for p in PROFILES if not PROFILES[p].is_cpu)
+        raise ValueError(f"port writes vendor code ({vendors}); for the CPU, run the script unchanged "
                          "under transfer: TRANSFER_DEVICE=cpu python script.py")
 
 

@@ -22,6 +22,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 from .. import support
 from ..device_grammar import cuda_index
+from ..opsupport import ScanNames
 from . import names
 
 # A device string formatted right where it is written: "cuda:{}".format(i), "cuda:%d" % i.
@@ -100,8 +101,10 @@ class _Scanner:
     """One pass over the tree: links every node to its parent (``_parent``, which port reads too) and
     reports what the handlers find. A handler answers None (look at the children), _QUIET or _DONE."""
 
-    def __init__(self, path: str, lines: List[str], imports: names.Imports, tree: Optional[ast.AST] = None):
+    def __init__(self, path: str, lines: List[str], imports: names.Imports, tree: Optional[ast.AST] = None,
+                 ops: Optional[ScanNames] = None):
         self.path = path
+        self.ops = ops  # `transfer scan --device X`: also the torch APIs the target runs on the CPU (opsupport)
         self.tree = tree
         self._module_classes: Optional[frozenset] = None
         self.lines = lines
@@ -175,6 +178,19 @@ class _Scanner:
             return _QUIET  # the chain is reported once, at its longest
         if qualified is None and node.attr == "is_cuda":
             self.add(node, "Tensor.is_cuda")
+        if self.ops is not None and qualified is not None:
+            op = self._op_api(qualified)
+            if op is not None:
+                self.add(node, op)
+                return _QUIET
+        return None
+
+    def _op_api(self, qualified: str) -> Optional[str]:
+        """The operator-coverage row of a dotted torch name (``torch.lgamma``, ``torch.Tensor.lgamma``)."""
+        if qualified in self.ops.functions:
+            return qualified
+        if qualified.startswith("torch.Tensor.") and qualified[len("torch.Tensor."):] in self.ops.methods:
+            return "Tensor." + qualified[len("torch.Tensor."):]
         return None
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -183,6 +199,10 @@ class _Scanner:
             api = api_of(qualified)
             if api is not None and api not in ("apex", "triton"):
                 self.add(node, api)
+            elif self.ops is not None and not isinstance(getattr(node, "_parent", None), ast.alias):
+                op = self._op_api(qualified)
+                if op is not None:
+                    self.add(node, op)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
@@ -195,7 +215,36 @@ class _Scanner:
             self.add(node, "torch.utils.cpp_extension.load")
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and qualified is None:
             self.add(func, self._cuda_method(func.value))
+        if self.ops is not None and isinstance(func, ast.Attribute) and qualified is None:
+            self._op_method(node, func)
         return None
+
+    def _op_method(self, call: ast.Call, func: ast.Attribute) -> None:
+        """``x.lgamma()`` on a receiver that is no imported module: the Tensor method, where the target runs it
+        on the CPU; ``x.double()`` / ``x.to(torch.float64)``, where it turns them into float32."""
+        name = func.attr
+        if name in self.ops.methods:
+            self.add(func, f"Tensor.{name}")
+        elif self.ops.float64 and name == "double" and not call.args and not call.keywords:
+            self.add(func, "Tensor.double")
+        elif self.ops.float64 and name == "to" and self._float64_cast(call):
+            self.add(func, "Tensor.to(torch.float64)")
+
+    def _float64_cast(self, call: ast.Call) -> bool:
+        """``.to(torch.float64)``, ``.to(torch.double, non_blocking=True)``, ``.to(dtype=torch.float64)``,
+        ``.to(None, torch.float64)``: a dtype-only conversion (a device argument keeps float64 on torch_npu)."""
+        keywords = {k.arg: k.value for k in call.keywords}
+        if "device" in keywords:
+            return False
+        args = call.args
+        if args and self._is_float64(args[0]):
+            return True
+        if args and isinstance(args[0], ast.Constant) and args[0].value is None:
+            return len(args) > 1 and self._is_float64(args[1]) or self._is_float64(keywords.get("dtype"))
+        return not args and self._is_float64(keywords.get("dtype"))
+
+    def _is_float64(self, node: Optional[ast.AST]) -> bool:
+        return node is not None and self.qualified(node) in ("torch.float64", "torch.double")
 
     def _cuda_method(self, receiver: ast.AST) -> str:
         """The row of ``<receiver>.cuda(...)``: "Module.cuda" where the receiver is built right there by a
@@ -291,20 +340,23 @@ def parse(text: str, path: str = "<string>") -> ast.Module:
     return ast.parse(text, filename=path)
 
 
-def scan_tree(tree: ast.Module, text: str, path: str, imports: Optional[names.Imports] = None) -> List[Finding]:
-    """Findings in a parsed source (`parse`), in source order; every node gets its ``_parent``."""
-    scanner = _Scanner(path, text.splitlines(), imports or names.Imports(tree), tree)
+def scan_tree(tree: ast.Module, text: str, path: str, imports: Optional[names.Imports] = None,
+              ops: Optional[ScanNames] = None) -> List[Finding]:
+    """Findings in a parsed source (`parse`), in source order; every node gets its ``_parent``. `ops`
+    (`opsupport.scan_names`): also the uses of torch APIs the target runs on the CPU or in float32."""
+    scanner = _Scanner(path, text.splitlines(), imports or names.Imports(tree), tree, ops)
     scanner.walk(tree, None)
     tree._nodes = scanner.nodes  # type: ignore[attr-defined]
     return sorted(scanner.findings, key=lambda f: (f.line, f.col))
 
 
-def scan_source(text: str, path: str = "<string>") -> List[Finding]:
-    """Findings in one source, in source order. Raises SyntaxError if it does not parse."""
-    if not names.might_have_findings(text):
+def scan_source(text: str, path: str = "<string>", ops: Optional[ScanNames] = None) -> List[Finding]:
+    """Findings in one source, in source order (`ops`: see `scan_tree`). Raises SyntaxError if it does not
+    parse."""
+    if ops is None and not names.might_have_findings(text):
         check_syntax(text, path)
         return []
-    return scan_tree(parse(text, path), text, path)
+    return scan_tree(parse(text, path), text, path, ops=ops)
 
 
 def check_syntax(text: str, path: str) -> None:
@@ -325,5 +377,5 @@ def cuda_source_finding(path: str, text: str) -> Finding:
     return Finding(path, 1, max(lines, 1), 1, "CUDA source file", f"CUDA C++ source, {lines} line(s)")
 
 
-def statuses(api: str, profiles: List[str]) -> Dict[str, support.Support]:
-    return {p: support.lookup(p, api) for p in profiles}
+def statuses(api: str, profiles: List[str], torch_version: Optional[str] = None) -> Dict[str, support.Support]:
+    return {p: support.lookup(p, api, torch_version) for p in profiles}

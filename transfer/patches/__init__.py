@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any, Dict, Set
+from typing import Any, Callable, Dict, List, Set
 
 from ..cpu import target as cpu_target
 from ..devices import Target
@@ -29,6 +29,7 @@ AREAS = (
     "optim",  # cpu target, torch < 2.4: fused Adam/AdamW CPU kernels (before torch_is_cuda, which asks for them)
     "torch_is_cuda",  # torch's own is_cuda reads that must see the real answer (patches/torch_sites.py)
     "module",  # nn.Module.to / .to_empty
+    "share_memory",  # vendors: share_memory() leaves device tensors; they travel by the plug-in's IPC, or a clear error
     "rng",  # cpu target: device draws (dropout, device factories) off the CPU stream, as on CUDA
     "factories",  # torch.zeros(..., device='cuda') and every other factory
     "serialization",  # torch.load map_location and CUDA checkpoints
@@ -37,6 +38,7 @@ AREAS = (
     "cuda_libraries",  # ctypes.CDLL('libcudart.so') -> the CUDA runtime's answers for the target
     "legacy_types",  # torch.cuda.FloatTensor & co., Tensor.type(), set_default_tensor_type; cpu: torch._C._cuda_*
     "distributed",  # init_process_group / new_group: nccl -> vendor backend
+    "collectives",  # what the vendor backend refuses and NCCL computes (hccl: float64 reductions), computed so
     "device_mesh",  # DeviceMesh("cuda") / init_device_mesh("cuda"): the target's device type (FSDP2, DTensor)
     "fsdp",  # cpu target: FullyShardedDataParallel(device_id=cuda ordinal) -> torch's CPU FSDP; sync_module_states over gloo
     "checkpoint",  # vendor targets: DCP's writer stages from the target's device type, not 'cuda'
@@ -45,8 +47,10 @@ AREAS = (
     "data_parallel",  # nn.DataParallel
     "custom_ops",  # torch.library kernels for CUDA keys -> the target's; CUDA C++ builds refused clearly
     "deepspeed",  # DeepSpeed: its vendor accelerator, else its CUDA one under the target's names; FusedAdam op served
+    "mmengine",  # MMEngine's collectives on the target's device where it does not know the backend (tccl, eccl)
     "shutdown",  # clean interpreter exit after distributed jobs
     "torchscript",  # TorchScript maps the replacements to torch's builtins
+    "vendor_ops",  # what the plug-in computes otherwise: CPU fallbacks counted and named, float64 casts named
     "copies",  # last, after TRANSFER_LOG: `from torch.cuda import X` bound before install -> the replacement
 )
 
@@ -70,6 +74,11 @@ class PatchContext:
         self.env_changes: Dict[str, Any] = {}
         # What runs otherwise than on CUDA, said once (banner) and listed by status(): {what: what instead}
         self.substitutions: Dict[str, str] = {}
+        # patches/vendor_ops.py: the CPU fallbacks watched (None: none known for the target), the float64 casts
+        self.fallbacks: Any = None
+        self.float64: Any = None
+        # Called with every DistributedDataParallel once built (patches/ddp.py calls them; collectives adds one)
+        self.ddp_built: List[Callable[[Any], None]] = []
         self._warned: Set[str] = set()
 
     def warn_once(self, api: str, message: str) -> None:

@@ -25,7 +25,7 @@ _MISS = object()
 #: Types of a first argument that names no device: ``x.to(torch.float16)`` (AMP casts) and
 #: ``t.to(None, dtype, non_blocking)`` (Module._apply, for every parameter).
 _NO_DEVICE_TYPES = frozenset({torch.dtype, type(None)})
-_NO_ARG = object()  # no positional argument given
+_NO_ARG = NO_ARG = object()  # no positional argument given (`first` of a call without one)
 NOTHING_SEEN = (object(), None)  # an initial memo no argument can match
 
 #: The contract with the C frames (transfer/_fastcalls.c): the free variables of each twin below
@@ -42,7 +42,8 @@ TWIN_CELLS = {
 }
 
 
-def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False) -> Callable:
+def device_first(ctx, api: str, original: Callable, to_signature: bool = False, copy_moves: bool = False,
+                 float64=None) -> Callable:
     """Wrap a ``to``-style callable: device as first positional or `device=`.
 
     Measured choices (benchmarks/calls.py; the targets: 1.2x of the hand
@@ -77,12 +78,18 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
     `copy_moves` (Tensor.to on the cpu target, whose device memory is host
     memory): a call naming a CUDA device copies, as a host-to-device move does
     on CUDA, so ``x.to('cuda')`` never aliases ``x``; other calls are untouched.
+
+    `float64` (`patches/vendor_ops.Float64`, where the target casts float64 to float32): the slow path
+    shows it each call until it has named the first cast (``check``, then ``done``); until then
+    ``torch.float64`` never enters the memo, so those calls take the slow path. Other calls, the hot
+    path included, are as without it.
     """
     if copy_moves:
-        return finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original), original,
+        return finish(fastcalls.stand_in(fastcalls.TO_COPY, _copying_to(ctx, api, original, float64), original,
                                          cells=TWIN_CELLS[fastcalls.TO_COPY]), original, api.rsplit(".", 1)[-1])
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
+    f64 = torch.float64
     last = NOTHING_SEEN  # (argument, translation)
     plain = NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES
 
@@ -104,6 +111,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
 
     def general(self, first, args, kwargs):
         nonlocal last, plain
+        if float64 is not None and not float64.done and not (float64.host_skips and getattr(self, "is_cpu", False)):
+            float64.check(self, first, args, kwargs)
         seen = last
         if first is seen[0]:
             first = seen[1]
@@ -114,7 +123,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
             last = (first, result)
             first = result
         elif first.__class__ in no_device:
-            plain = first
+            if first is not f64 or float64 is None or float64.done:
+                plain = first
         if kwargs:
             if to_signature and not args and len(kwargs) == 1 and "non_blocking" in kwargs \
                     and type(first) in spec_types:
@@ -135,8 +145,8 @@ def device_first(ctx, api: str, original: Callable, to_signature: bool = False, 
                                      cells=TWIN_CELLS[fastcalls.TO]), original, api.rsplit(".", 1)[-1])
 
 
-def _copying_to(ctx, api: str, original: Callable) -> Callable:
-    """`device_first`'s Tensor.to for `copy_moves`: the same memos, plus whether the argument moved.
+def _copying_to(ctx, api: str, original: Callable, float64=None) -> Callable:
+    """`device_first`'s Tensor.to for `copy_moves`: the same memos (and `float64`), plus whether the argument moved.
 
     A move is a call whose device argument the target translated (a CUDA device);
     it runs as ``to(device, dtype, non_blocking, copy=True)``: one C call, the copy
@@ -144,6 +154,7 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
     """
     translator = ctx.target.translator(api)
     lookup, miss, spec_types, no_device = translator.cache.get, translator.miss, DEVICE_SPEC_TYPES, _NO_DEVICE_TYPES
+    f64 = torch.float64
     last = (NOTHING_SEEN[0], None, False)  # (argument, translation, moved)
     plain = NOTHING_SEEN[0]  # the last first argument of a type in _NO_DEVICE_TYPES: never a move
 
@@ -171,6 +182,8 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
 
     def general(self, first, args, kwargs):
         nonlocal last, plain
+        if float64 is not None and not float64.done:
+            float64.check(self, first, args, kwargs)
         seen = last
         if first is seen[0]:
             if seen[2]:
@@ -184,7 +197,8 @@ def _copying_to(ctx, api: str, original: Callable) -> Callable:
             if moved:
                 return copying(self, result, args, kwargs)
         elif first.__class__ in no_device:
-            plain = first
+            if first is not f64 or float64 is None or float64.done:
+                plain = first
         if kwargs:
             device = kwargs.get("device")
             if device is not None:

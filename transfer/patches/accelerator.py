@@ -33,15 +33,21 @@ reads as torch's answer); a call traced in the user's script is answered
 ``cuda`` as in eager (item ``accelerator.traced``, `_traceable`).
 
 ``torch.device(N)``: torch >= 2.6 resolves an int device to the accelerator,
-and a CPU-only build of torch has none ("Cannot access accelerator device when
-none is available"), where a CUDA build answers ``cuda:N`` (transformers'
-``device_map="auto"`` resolves to ``{"": 0}``; ``torch.device(local_rank)``).
-On the cpu target over such a build, ``torch.device(N)`` answers ``cuda:N``
-(item ``accelerator.int_device``: torch.device's C constructor, swapped by
-transfer/_fastcalls.c; every other call goes to torch's own). Where that
-extension is not built, a warning says ``torch.device(N)`` still raises. A
-vendor's plug-in is the accelerator: ``torch.device(0)`` is ``npu:0`` there, as
-with torch_npu alone.
+where a CUDA build answers ``cuda:N`` (transformers' ``device_map="auto"``
+resolves to ``{"": 0}``; ``torch.device(local_rank)``). A CPU-only build of
+torch has none ("Cannot access accelerator device when none is available"),
+and a vendor's plug-in is the accelerator (``npu:N``). transfer answers
+``cuda:N`` (item ``accelerator.int_device``: torch.device's C constructor,
+swapped by transfer/_fastcalls.c; every other call goes to torch's own): on the
+cpu target to every caller, on a vendor target to the user's script alone
+(`frames.is_script`, as ``current_accelerator()``; torch and the libraries keep
+the plug-in's ``npu:N``), so ``torch.device(0) == torch.device("cuda", 0)`` there
+as on CUDA, and the ``cuda:N`` is translated where used. The cost: a lone int
+argument pays one frame lookup and one dict lookup on a vendor target; other
+arguments one type test (benchmarks/calls.py). Traced by torch.compile in the
+script, dynamo's constant folding answers the same (item
+``accelerator.int_device_traced``). Where that extension is not built, a warning
+says what ``torch.device(N)`` still is.
 """
 
 from __future__ import annotations
@@ -58,20 +64,49 @@ logger = logging.getLogger("transfer")
 
 def _int_device(ctx) -> None:
     try:
-        torch.device(0)
+        answer = torch.device(0).type
+    except RuntimeError:  # torch >= 2.6 without an accelerator: a CPU-only build
+        answer = None
+    if answer == "cuda":
         return  # a CUDA build, or torch < 2.6 (an int is CUDA's ordinal there)
-    except RuntimeError:
-        pass
     from .. import fastcalls
 
     native = fastcalls._fastcalls
     if native is None or not hasattr(native, "int_device"):
-        logger.warning("transfer: torch.device(N) raises on this CPU-only build of torch (no accelerator), "
-                       "and transfer's C extension, which makes it cuda:N, is not built: write "
-                       "torch.device('cuda', N)")
+        now = "raises on this CPU-only build of torch (no accelerator)" if answer is None else f"is {answer}:N"
+        logger.warning(f"transfer: torch.device(N) {now}, and transfer's C extension, which makes it cuda:N as "
+                       "on CUDA, is not built: write torch.device('cuda', N)")
         return
-    if native.int_device(torch.device, True):
+    script_only = () if ctx.cpu is not None else (frames.SCRIPT_VERDICTS, frames.is_script)
+    if native.int_device(torch.device, True, *script_only):
         ctx.registry.on_revert("accelerator.int_device", lambda: native.int_device(torch.device, False))
+        if script_only:
+            ctx.registry.replace_when_imported("accelerator.int_device_traced", "torch._dynamo.variables.user_defined",
+                                               "UserDefinedClassVariable", "call_function", _int_device_traced)
+
+
+def _constant(tx, value):
+    """A dynamo variable for the constant `value` (a torch.device), in the torch at hand."""
+    from torch._dynamo.variables import base, constant
+
+    if hasattr(base.VariableTracker, "build"):
+        return base.VariableTracker.build(tx, value)
+    return constant.ConstantVariable.create(value)
+
+
+def _int_device_traced(original):
+    """Dynamo constant-folds ``torch.device(N)`` by calling it from its own code (so the plug-in's ``npu:N``):
+    traced in the user's script it answers ``cuda:N``, as in eager."""
+
+    def call_function(self, tx, args, kwargs):
+        if self.value is torch.device and len(args) == 1 and not kwargs and args[0].is_python_constant():
+            index = args[0].as_python_constant()
+            if type(index) is int and index >= 0 and frames.script_verdict(tx.f_code):
+                return _constant(tx, torch.device("cuda", index))
+        return original(self, tx, args, kwargs)
+
+    call_function.__wrapped__ = original
+    return call_function
 
 
 def _traceable(replacement, cuda):
@@ -96,11 +131,7 @@ def _traceable(replacement, cuda):
                 return result
             if not result.is_python_constant() or result.as_python_constant() is None:
                 return result
-            from torch._dynamo.variables import base, constant
-
-            if hasattr(base.VariableTracker, "build"):
-                return base.VariableTracker.build(tx, cuda)
-            return constant.ConstantVariable.create(cuda)
+            return _constant(tx, cuda)
 
         call_function.__wrapped__ = original
         return call_function
@@ -154,7 +185,7 @@ def _cuda_for_the_script(ctx, accelerator) -> None:
 
 
 def apply(ctx) -> None:
-    if ctx.cpu is not None and ctx.registry.enabled("accelerator.int_device"):
+    if ctx.registry.enabled("accelerator.int_device"):
         _int_device(ctx)
     accelerator = getattr(torch, "accelerator", None)
     if ctx.cpu is None and accelerator is not None and hasattr(accelerator, "current_accelerator"):

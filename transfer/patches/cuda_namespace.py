@@ -29,7 +29,8 @@ from ..presentation import alias_class, copy_function
 # works through the torch.amp patches, nvtx is handled below.
 _SKIP_SUFFIXES = ("Storage", "Tensor")
 _SUBMODULES = {"amp", "nvtx", "memory", "random", "streams", "graphs", "jiterator", "sparse", "tunable",
-               "profiler", "nccl", "cudart", "cudaStatus", "CudaError", "DeferredCudaCallError"}
+               "profiler", "nccl", "cudart", "cudaStatus", "CudaError", "DeferredCudaCallError",
+               "graph_annotations"}  # torch 2.15
 
 # The support table decides: CUDA-only helpers torch calls on itself once
 # torch.cuda.is_available() is True get a silent answer; names missing on the
@@ -121,15 +122,21 @@ def _noting_selection(ctx, set_device: Callable) -> Callable:
 
 
 def _device_position(original: Any) -> Optional[int]:
-    """Index of a parameter called 'device' in `original`'s signature, if any."""
-    try:
-        target = original.__init__ if inspect.isclass(original) else original
-        params = list(inspect.signature(target).parameters)
-    except (TypeError, ValueError):
-        return None
-    if inspect.isclass(original) and params and params[0] == "self":
-        params = params[1:]
-    return params.index("device") if "device" in params else None
+    """Index of a parameter called 'device' in `original`'s signature, if any.
+
+    For a class, its ``__init__``'s, else its ``__new__``'s (``torch.cuda.Stream(device=None, priority=0)``
+    and ``ExternalStream(stream_ptr, device=None)`` take their device in ``__new__``)."""
+    targets = (original.__init__, original.__new__) if inspect.isclass(original) else (original,)
+    for target in targets:
+        try:
+            params = list(inspect.signature(target).parameters)
+        except (TypeError, ValueError):
+            continue
+        if inspect.isclass(original) and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        if "device" in params:
+            return params.index("device")
+    return None
 
 
 def _c_getter(ctx, current_device: Callable) -> Callable:
@@ -151,16 +158,28 @@ def _translating(ctx, name: str, original: Any, impl: Any) -> Any:
         translate = _negative_selects_nothing(translate)
 
     if inspect.isclass(impl):
-        # Keep it a class (isinstance, subclassing) whose constructor translates.
-        def __init__(self, *args, **kwargs):
+        # Keep it a class (isinstance, subclassing) whose constructor translates, in __new__ and __init__
+        # alike: the vendors' Stream takes its device in __new__, as CUDA's does.
+        def translated(args, kwargs):
             if len(args) > pos:
                 args = args[:pos] + (translate(args[pos]),) + args[pos + 1:]
             elif "device" in kwargs:
-                kwargs["device"] = translate(kwargs["device"])
+                kwargs = dict(kwargs, device=translate(kwargs["device"]))
+            return args, kwargs
+
+        def __new__(cls, *args, **kwargs):
+            args, kwargs = translated(args, kwargs)
+            return impl.__new__(cls, *args, **kwargs)
+
+        def __init__(self, *args, **kwargs):
+            args, kwargs = translated(args, kwargs)
             impl.__init__(self, *args, **kwargs)
 
+        # object's own __new__ / __init__ take no arguments: those stay the inherited ones
+        attrs = {name: f for name, f in (("__new__", __new__), ("__init__", __init__))
+                 if getattr(impl, name) is not getattr(object, name)}
         # alias_class: the vendor's own instances (torch.<vendor>.current_stream()) stay instances
-        return alias_class(impl, impl.__module__, impl.__qualname__, __init__=__init__)
+        return alias_class(impl, impl.__module__, impl.__qualname__, **attrs)
 
     def with_device(*args, **kwargs):
         if len(args) > pos:

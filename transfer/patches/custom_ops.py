@@ -8,8 +8,8 @@ Contract:
   the legacy ``torch.library.impl(lib, name, "CUDA")``. When the key is one of
   CUDA's (`CUDA_KEYS`: ``CUDA``, ``AutogradCUDA``, ``AutocastCUDA``, ...), the
   registration happens as written and `fn` is also registered for the target's
-  key (``CPU``/``AutogradCPU``... on the cpu target, ``PrivateUse1``/
-  ``AutogradPrivateUse1``... on a vendor) in a ``torch.library.Library`` of
+  key (the profile's `dispatch_key`: ``CPU``/``AutogradCPU``... on the cpu target, ``PrivateUse1``/
+  ``AutogradPrivateUse1``... on a plug-in vendor, ``XPU``/``AutogradXPU``... on xpu) in a ``torch.library.Library`` of
   transfer's own, one per (op, key), destroyed on uninstall.
 * A kernel the script (or a library) registers natively for the target key
   wins: the translated one is not registered when the target key already has
@@ -60,8 +60,7 @@ TORCH_NAMESPACES = ("aten", "_native")
 
 def target_key(profile, cuda_key: str):
     """The target's dispatch key standing for `cuda_key`, or None when torch has no such key."""
-    backend = "CPU" if profile.is_cpu else "PrivateUse1"
-    name = CUDA_KEYS[cuda_key] + backend
+    name = CUDA_KEYS[cuda_key] + profile.dispatch_key
     return name if hasattr(torch._C.DispatchKey, name) else None
 
 

@@ -40,7 +40,10 @@ def apply(ctx) -> None:
                 args[pos] = value
             else:
                 kwargs[name] = value
-        return wrapped(*args, **kwargs)
+        result = wrapped(*args, **kwargs)
+        for built in ctx.ddp_built:  # other areas' look at the built module (collectives: its reducer's dtypes)
+            built(instance)
+        return result
 
     ctx.registry.wrap("ddp.init", DistributedDataParallel, "__init__", ddp_init)
     if on_cpu:

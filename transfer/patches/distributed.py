@@ -13,12 +13,22 @@ init_process_group before torch.cuda.set_device. The rule sits in the
 backend's registered creator, so it holds for every process group torch
 creates: init_process_group, new_group, DeviceMesh/init_device_mesh (which
 call torch's own functions) and frameworks.
+
+torch >= 2.15 attaches a FlightRecorderHook to every group whose backends do
+not record themselves (`_maybe_attach_flight_recorder`); the hook names the
+group by its default backend. The real plug-ins' creators return a c10d
+Backend (torch_npu: ProcessGroupHCCL), which torch records: left as torch does
+it. A plug-in whose creator returns a ProcessGroup subclass (torch then uses
+that object as the group, with no default backend) makes the hook raise
+"Could not find the default backend type 0" and init_process_group fail: only
+for such a group does transfer go on without the hook, and says so.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import weakref
 
 import torch
 
@@ -63,6 +73,10 @@ def apply(ctx) -> None:
         translated = translate_device(value)  # checks the index against the device count
         return translated if ctx.cpu is None else ctx.cpu.device_id(translated)
 
+    # The groups that stand for the script's NCCL groups (its 'nccl', or no backend, translated): what
+    # patches/collectives.py holds to NCCL's rules. Weak: destroy_process_group lets them go.
+    ctx.nccl_groups = weakref.WeakSet()
+
     def init_process_group(wrapped, instance, args, kwargs):
         asked = args[0] if args else kwargs.get("backend")
         if args:
@@ -73,15 +87,20 @@ def apply(ctx) -> None:
             kwargs["device_id"] = device_id(kwargs["device_id"])
         if ctx.profile.set_device_before_init and not ctx.device_selected:
             _select_device_for_rank(ctx, kwargs.get("rank", args[4] if len(args) > 4 else -1))
+        used = args[0] if args else kwargs.get("backend")
         try:
-            return wrapped(*args, **kwargs)
+            result = wrapped(*args, **kwargs)
         except Exception as exc:
             # A misconfiguration (a wrong interface, an unreachable master) surfaces as the
             # backend's own error; say what transfer changed, since the user never wrote it.
-            _explain(exc, ctx, asked, args[0] if args else kwargs.get("backend"))
+            _explain(exc, ctx, asked, used)
             raise
+        if used != asked:
+            ctx.nccl_groups.add(c10d._get_default_group())
+        return result
 
     def new_group(wrapped, instance, args, kwargs):
+        asked = args[2] if len(args) > 2 else kwargs.get("backend")
         if len(args) > 2:
             if args[2] is not None:
                 args = args[:2] + (translate_backend(ctx, args[2]),) + tuple(args[3:])
@@ -89,7 +108,12 @@ def apply(ctx) -> None:
             kwargs["backend"] = translate_backend(ctx, kwargs["backend"])
         if kwargs.get("device_id") is not None:
             kwargs["device_id"] = device_id(kwargs["device_id"])
-        return wrapped(*args, **kwargs)
+        group = wrapped(*args, **kwargs)
+        used = args[2] if len(args) > 2 else kwargs.get("backend")
+        inherits = asked is None and dist.is_initialized() and c10d._get_default_group() in ctx.nccl_groups
+        if (inherits or used != asked) and isinstance(group, dist.ProcessGroup):
+            ctx.nccl_groups.add(group)
+        return group
 
     reg = ctx.registry
     for owner in (c10d, dist):  # both homes: libraries call either
@@ -99,6 +123,43 @@ def apply(ctx) -> None:
         reg.replace("distributed.is_nccl_available" + suffix, owner, "is_nccl_available", lambda: True)
     if ctx.profile.set_device_before_init and reg.enabled("distributed.set_device_before_init"):
         _device_before_creator(ctx, dist)
+    if hasattr(c10d, "_maybe_attach_flight_recorder"):  # torch >= 2.15
+        reg.wrap("distributed.flight_recorder", c10d, "_maybe_attach_flight_recorder", _flight_recorder(ctx))
+
+
+def _flight_recorder(ctx):
+    """torch's flight-recorder attachment, unless torch cannot attach it to the group (module docstring)."""
+    import torch.distributed as dist
+
+    said = set()
+
+    def attach(wrapped, instance, args, kwargs):
+        try:
+            return wrapped(*args, **kwargs)
+        except RuntimeError as exc:
+            pg = args[0] if args else kwargs.get("pg")
+            if pg is None or type(pg) is dist.ProcessGroup:
+                raise  # a group torch built itself: torch's own failure, not transfer's to hide
+            config = args[1] if len(args) > 1 else kwargs.get("backend_config")
+            names = sorted(set(config.get_device_backend_map().values())) if config is not None else []
+            backend = ",".join(str(n) for n in names) or type(pg).__name__
+            if backend not in said:
+                from ..settings import is_rank_zero
+
+                said.add(backend)
+                ctx.substitutions[f"flight recorder of {backend} groups"] = (
+                    f"off (torch {torch.__version__} cannot attach it to a group the plug-in builds itself)")
+                if not is_rank_zero():
+                    return None
+                logger.warning(
+                    "transfer: torch %s cannot attach its flight recorder to %s process groups: the plug-in's "
+                    "creator returns %s, a ProcessGroup subclass that torch uses as the group, with no default "
+                    "backend (%s). They run without flight recording (as with TORCH_FR_BUFFER_SIZE=0); the "
+                    "plug-ins that return a c10d Backend (torch_npu's ProcessGroupHCCL) keep it.",
+                    torch.__version__, backend, type(pg).__name__, str(exc).strip().splitlines()[0])
+            return None
+
+    return attach
 
 
 def _device_before_creator(ctx, dist) -> None:

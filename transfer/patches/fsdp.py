@@ -13,8 +13,9 @@ cpu target the device is the CPU, so FSDP1 runs the way torch runs it on the CPU
   memory is the virtual devices' memory, so rank 0's parameters and buffers are
   broadcast as on CUDA.
 
-Vendor targets need nothing here: ``torch.device(N)`` is ``<vendor>:N`` and the
-plug-in's device handle serves FSDP1 (FSDP2 and DTensor: patches/device_mesh.py).
+Vendor targets need nothing here: to FSDP's own code ``torch.device(N)`` is ``<vendor>:N`` (only the
+user's script gets ``cuda:N``: patches/accelerator.py) and the plug-in's device handle serves FSDP1 (FSDP2
+and DTensor: patches/device_mesh.py).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def _vendor(ctx, api) -> None:
 
 def _replay(ctx) -> None:
     reg = ctx.registry
-    target = "the cpu target" if ctx.profile.is_cpu else f"{ctx.profile.package} (no graph API)"
+    target = "the cpu target" if ctx.profile.is_cpu else f"{ctx.profile.package or 'torch'} (no graph API)"
     notice = (f"torch.cuda graphs on {target}: capture records the ops and replay re-runs them one by one on "
               "the same tensors (CUDA's results, no launch savings)")
 

@@ -9,6 +9,7 @@ import torch
 from ..devices import DEVICE_SPEC_TYPES, TensorBase
 from ..fastcalls import finish
 from ._calls import NOTHING_SEEN, device_first, device_keyword
+from .vendor_ops import float64_for
 
 
 _NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
@@ -18,7 +19,7 @@ def apply(ctx) -> None:
     reg, Tensor = ctx.registry, torch.Tensor
     # cpu target: device memory is host memory, so a move to a CUDA device copies, as on CUDA.
     reg.replace("tensor.to", Tensor, "to", device_first(ctx, "Tensor.to", Tensor.to, to_signature=True,
-                                                       copy_moves=ctx.cpu is not None))
+                                                       copy_moves=ctx.cpu is not None, float64=float64_for(ctx)))
     reg.replace("tensor.cuda", Tensor, "cuda", _cuda(ctx))
     for name in _NEW_METHODS:
         reg.replace(f"tensor.{name}", Tensor, name, device_keyword_method(ctx, name))
@@ -26,6 +27,34 @@ def apply(ctx) -> None:
     reg.replace("tensor.is_cuda", Tensor, "is_cuda", _is_cuda(ctx))
     if ctx.cpu is not None:  # torch.cuda's streams are the cpu runtime's, which torch does not know
         reg.replace("tensor.record_stream", Tensor, "record_stream", ctx.cpu.record_stream(Tensor.record_stream))
+    _lazy_parameters_move(ctx)
+
+
+class _Installed:
+    """Equal to whatever ``torch.Tensor.<name>`` is when compared: transfer's replacement, or the call-site log's
+    layer over it, or torch's own once uninstalled."""
+
+    __hash__ = None
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __eq__(self, other):
+        return other is getattr(torch.Tensor, self.name, None)
+
+
+def _lazy_parameters_move(ctx) -> None:
+    """``nn.LazyLinear(4).to("cuda")`` / ``.cuda()`` before the first forward: torch lets an uninitialized
+    parameter through ``Tensor.to`` / ``.cuda`` only (``UninitializedTensorMixin._allowed_methods``, compared
+    by identity with the functions of ``import torch``); the replacements are let through the same way."""
+    mixin = getattr(torch.nn.parameter, "UninitializedTensorMixin", None)
+    allowed = getattr(mixin, "_allowed_methods", None)
+    if not isinstance(allowed, list) or not ctx.registry.enabled("tensor.lazy_parameters"):
+        return
+    added = [_Installed(name) for name in ("to", "cuda")]
+    allowed.extend(added)
+    ctx.registry.on_revert("tensor.lazy_parameters",
+                           lambda: allowed.__setitem__(slice(None), [m for m in allowed if all(m is not a for a in added)]))
 
 
 def device_keyword_method(ctx, name: str):

@@ -111,6 +111,28 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("nn/attention/varlen.py", "_can_use_cudnn"): (NATIVE, "the cuDNN varlen kernel is CUDA-only"),
     ("cuda/memory.py", "_annotate_tensor"): (
         NATIVE, "annotates CUDA allocator memory: torch's own ValueError instead of a missing CUDA binding"),
+    # (torch 2.15)
+    ("_inductor/lowering.py", "_strict_reduction_layout_eligible"): (NATIVE, "inductor compiles for the real device"),
+    ("_inductor/select_algorithm.py", "ExternKernelCaller.benchmark"): (
+        NATIVE, "inductor benchmarks for the real device: the CUDA branch masks CUDA outputs"),
+    ("_inductor/kernel/flex_gemm/runtime.py", "normalize_c"): (NATIVE, "CUDA gemm kernels only"),
+    ("_native/ops/reductions/cutedsl_impl.py", "_base_cond_ok"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/reductions/cutedsl_impl.py", "_out_cond"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/reductions/kernel_coltile.py", "reduce_col_tile"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/reductions/kernel_general.py", "_reduce"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/reductions/kernel_general.py", "_reduce_all"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/reductions/kernel_rowtile.py", "reduce_row_tile"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/reductions/kernel_xcta.py", "_reduce_row_xcta"): (NATIVE, "CuTe DSL kernels run on CUDA only"),
+    ("_native/ops/topk/aot.py", "covered_axes"): (NATIVE, "ahead-of-time CUDA topk kernels only"),
+    ("_native/ops/topk/flydsl_impl.py", "_eligible"): (NATIVE, "FlyDSL kernels run on CUDA only"),
+    ("_vendor/quack/epilogue/ops.py", "Scalar._validate_pointer_value"): (
+        NATIVE, "quack's CuTe DSL kernels read device pointers: torch's own error for host memory"),
+    ("_vendor/quack/operand_transform/kinds.py", "SeedKind.host_view"): (NATIVE, "as quack's Scalar"),
+    ("distributed/_transport/nixl/_transport.py", "NIXLTransport._register_memory"): (
+        NATIVE, "would register host memory with NIXL as GPU memory (VRAM); natively DRAM"),
+    ("nn/attention/varlen.py", "_cudnn_version"): (NATIVE, "the cuDNN varlen kernel is CUDA-only"),
+    ("nn/attention/varlen.py", "_cudnn_supports_head_dims"): (NATIVE, "the cuDNN varlen kernel is CUDA-only"),
+    ("nn/attention/varlen.py", "_cudnn_rejection_reasons"): (NATIVE, "the cuDNN varlen kernel is CUDA-only"),
     # (torch 2.0)
     ("_inductor/decomposition.py", "check_device"): (NATIVE, "inductor's matmul padding is a CUDA tuning pass"),
     ("_inductor/decomposition.py", "should_pad_bench"): (NATIVE, "as _inductor/decomposition.check_device"),
@@ -133,6 +155,8 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("_dynamo/variables/optimizer.py", "OptimizerVariable._set_capturable.safe_to_set_capturable"): (
         CUDA, "a compiled optimizer.step() sets capturable=True for CUDA parameters (kept in its state_dict); "
               "capturable Adam/AdamW compute the same on the CPU"),
+    ("_dynamo/variables/optimizer.py", "OptimizerVariable._safe_to_set_capturable"): (
+        CUDA, "torch 2.15's name for _set_capturable.safe_to_set_capturable: as there"),
     ("cuda/amp/autocast_mode.py", "_cast"): (
         CUDA, "torch < 2.4: custom_fwd(cast_inputs=...) casts CUDA floating tensors, as on CUDA"),
     ("optim/optimizer.py", "_default_to_fused_or_foreach.<genexpr>"): (
@@ -188,6 +212,8 @@ SITES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("cuda/_sanitizer.py", "ArgumentHandler._handle_argument"): (TOOLING, "CUDA stream sanitizer"),
     ("cuda/_utils.py", "_CudaKernel.__call__"): (TOOLING, "CUDA driver kernel launches"),
     ("cuda/nccl.py", "is_available"): (TOOLING, "raw NCCL bindings"),
+    ("distributed/_nccl4py/backend.py", "NCCL4PyBackend._check_tensor"): (
+        TOOLING, "torch 2.15's NCCL backend through nccl4py: under transfer a script's nccl is the target's backend"),
     ("utils/_cuda_debug.py", "_TensorTrackingMode._selects_cuda_dispatch_key"): (TOOLING, "CUDA kernel debugging"),
     ("utils/_cuda_debug.py", "_TensorTrackingMode._track_inputs"): (TOOLING, "CUDA kernel debugging"),
     ("utils/_cuda_debug.py", "_TensorTrackingMode._mark_outputs"): (TOOLING, "CUDA kernel debugging"),

@@ -126,6 +126,7 @@ def main(out_dir):
                  local_devices=sorted({str(t.device) for t in local}),
                  sharded_types=sorted({type(v).__name__ for v in sharded.values()}),
                  full_checksum=float(sum(v.double().sum() for v in full.values())) if rank == 0 else None,
+                 full_checksum32=float(sum(v.float().sum() for v in full.values())) if rank == 0 else None,
                  tp_devices=sorted({str(p.to_local().device) for p in mlp.parameters()}),
                  tp_local_numel=[p.to_local().numel() for p in mlp.parameters()],
                  tp_total_numel=[p.numel() for p in mlp.parameters()], tp_diff=tp_diff,
@@ -137,6 +138,7 @@ def main(out_dir):
                  fsdp1_shard_numel=[t.numel() for t in fsdp1_shards],
                  fsdp1_shard_devices=sorted({str(t.device) for t in fsdp1_shards}),
                  fsdp1_full_checksum=float(sum(v.double().sum() for v in fsdp1_full.values())) if rank == 0 else None,
+                 fsdp1_full_checksum32=float(sum(v.float().sum() for v in fsdp1_full.values())) if rank == 0 else None,
                  finished=True)
     dist.destroy_process_group()
 

@@ -29,6 +29,14 @@ def counting_sequences(n=256, length=12, vocab=16, seed=0):
     return (start + torch.arange(length)) % vocab
 
 
+def whole(tensor):
+    """`tensor` whole on this rank: a DTensor's shards (FSDP2, tensor parallel) gathered on their devices. A
+    sharded DTensor moved to the host first would reduce its host copy over the mesh's group, which has no
+    backend for the CPU under NCCL ("No backend type associated with device type cpu")."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
+
+
 def write_result(out_dir, model, **fields):
     """Write <out_dir>/result-<rank>.json: what this rank saw (devices, process group, metrics)."""
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -37,7 +45,7 @@ def write_result(out_dir, model, **fields):
         "world_size": dist.get_world_size() if dist.is_initialized() else 1,
         "backend": dist.get_backend() if dist.is_initialized() else None,
         "param_devices": sorted({str(p.device) for p in model.parameters()}),
-        "checksum": float(sum(p.detach().double().sum().cpu() for p in model.parameters())),
+        "checksum": float(sum(whole(p.detach()).double().sum().cpu() for p in model.parameters())),
         "pid": os.getpid(),
         **fields,
     }

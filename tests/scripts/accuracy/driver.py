@@ -4,7 +4,8 @@
 gcu) and TRANSFER_COMPARE unset. Not a user script: it drives `transfer.compare` and the stand-ins'
 fault injection (`_sim_accel._fault`) in process, so that dozens of runs cost one start-up.
 
-JOB is ``MODE[@FAULT][#ARGS]``: MODE a TRANSFER_COMPARE value (``off``: no mode), FAULT in
+JOB is ``MODE[!python][@FAULT][#ARGS]``: MODE a TRANSFER_COMPARE value (``off``: no mode; ``!python``: the
+Python watch even where the C one is built, transfer/compare/watch.py), FAULT in
 ``SIM_ACCEL_FAULT`` syntax (stand-ins only), ARGS extra script arguments separated by ``;``. Each job's
 report is ``OUT_DIR/<i>.jsonl``. The special JOB ``oracle`` runs the script under a plain logging
 dispatch mode with torch's anomaly mode on, and records for each (aten operation, phase) its first call
@@ -110,6 +111,7 @@ for i, job in enumerate(jobs):
         continue
     job_mode, _, extra = job.partition("#")
     job_mode, _, fault = job_mode.partition("@")
+    job_mode, _, twin = job_mode.partition("!")
     extra = [a for a in extra.split(";") if a]
     if fault:
         _sim.apply(fault)
@@ -117,7 +119,8 @@ for i, job in enumerate(jobs):
     try:
         if job_mode != "off":
             sep = "," if ":" in job_mode else ":"
-            compare.start(compare.parse(f"{job_mode}{sep}report={report}"), os.environ["TRANSFER_DEVICE"])
+            compare.start(compare.parse(f"{job_mode}{sep}report={report}"), os.environ["TRANSFER_DEVICE"],
+                          python=twin == "python")
         try:
             losses = run_script(extra)
         finally:

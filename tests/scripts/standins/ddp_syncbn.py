@@ -117,11 +117,10 @@ def check_collectives(vendor, device, rank, world):
 
 def main():
     vendor, out_dir = sys.argv[1], sys.argv[2]
-    importlib.import_module(f"torch_{vendor}")
+    backend = importlib.import_module(f"torch_{vendor}").SPEC.backend  # the stand-in's own (hccl, tccl, cncl, ...)
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
-    backend = {"npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}[vendor]
     mod = getattr(torch, vendor)
     mod.set_device(local_rank)
     device = torch.device(vendor, local_rank)

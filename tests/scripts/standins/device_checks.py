@@ -21,10 +21,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VENDOR = sys.argv[1]
-BACKEND = {"npu": "hccl", "sdaa": "tccl", "gcu": "eccl"}[VENDOR]
-OTHERS = [v for v in ("npu", "sdaa", "gcu") if v != VENDOR]
+OTHERS = [v for v in ("npu", "sdaa", "gcu", "mlu", "musa", "supa") if v != VENDOR]
 
 pkg = importlib.import_module(f"torch_{VENDOR}")
+BACKEND = pkg.SPEC.backend
 mod = getattr(torch, VENDOR)
 D1, D2, D3 = (torch.device(VENDOR, i) for i in (1, 2, 3))
 
@@ -396,7 +396,7 @@ def device_module_api():
         assert not hasattr(mod, absent), absent
     if VENDOR == "npu":
         assert all(hasattr(mod, name) for name in graphs)
-    if VENDOR == "gcu":
+    if pkg.SPEC.capability == "properties":  # gcu, mlu, musa: the vendor's own numbering, from the properties
         assert mod.get_device_capability(1) == (props.major, props.minor)
         assert mod.is_current_stream_capturing() is False
     elif VENDOR == "npu":
@@ -408,14 +408,18 @@ def device_module_api():
         assert dist.is_hccl_available()
     else:
         assert not hasattr(mod, "get_device_capability")
-        assert not hasattr(mod, "is_current_stream_capturing")
+        assert hasattr(mod, "is_current_stream_capturing") == ("is_current_stream_capturing" in pkg.SPEC.api)
+    assert mod.get_amp_supported_dtype() == [getattr(torch, n) for n in pkg.SPEC.amp_dtypes]
     with mod.device(2):
         assert mod.current_device() == 2
         assert torch.empty(1, device=VENDOR).device == D2
     assert mod.current_device() == 0
     t3 = torch.ones(1, device=D3)
-    with mod.device_of(t3):
-        assert mod.current_device() == 3
+    if "device_of" in pkg.SPEC.api:  # torch_supa has none
+        with mod.device_of(t3):
+            assert mod.current_device() == 3
+    else:
+        assert not hasattr(mod, "device_of")
     mod.set_device(f"{VENDOR}:1")
     assert mod.current_device() == 1 and torch.zeros(1, device=VENDOR).device == D1
     mod.set_device(0)
@@ -478,6 +482,11 @@ def lstm_and_gru_train():
         y_dev.pow(2).sum().backward()
         for (name, a), b in zip(ref.named_parameters(), dev.parameters()):
             torch.testing.assert_close(b.grad.cpu(), a.grad, atol=1e-5, rtol=1e-4, msg=f"{cls.__name__}.{name}")
+        if cls is nn.LSTM and torch.backends.mkldnn.is_available():
+            # the CPU's nn.LSTM takes oneDNN's whole-layer kernel, and so does the device (rnn.cpp): bit for bit
+            assert torch.equal(y_dev.cpu(), y_ref), (y_dev.cpu() - y_ref).abs().max()
+            for (name, a), b in zip(ref.named_parameters(), dev.parameters()):
+                assert torch.equal(b.grad.cpu(), a.grad), name
         cell = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6, bias=False)  # the bias-less fused cell
         cell_dev = {nn.LSTM: nn.LSTMCell, nn.GRU: nn.GRUCell}[cls](4, 6, bias=False)
         cell_dev.load_state_dict(cell.state_dict())
@@ -503,6 +512,183 @@ def lstm_and_gru_train():
         assert loss.item() < 0.5, (cls.__name__, loss.item())  # chance: ln 5 = 1.61
 
 
+# Inputs in the layouts real models hand to norms: a channels_last conv output (diffusion UNets), a
+# permuted and a transposed tensor, a strided slice. Each is made the same way from the same values on the
+# CPU and on the device, so both run their kernels on the same layout.
+def _layouts(shape):
+    n, c, h, w = shape
+    torch.manual_seed(3)
+    bases = {"contiguous": torch.randn(n, c, h, w), "channels_last": torch.randn(n, c, h, w),
+             "permuted": torch.randn(n, c, w, h), "transposed": torch.randn(c, n, h, w),
+             "sliced": torch.randn(n, c, h, 2 * w)}
+    shape_it = {
+        "contiguous": lambda t: t,
+        "channels_last": lambda t: t.contiguous(memory_format=torch.channels_last),
+        "permuted": lambda t: t.permute(0, 1, 3, 2),
+        "transposed": lambda t: t.transpose(0, 1),
+        "sliced": lambda t: t[..., ::2],
+    }
+    return {name: (lambda device, name=name: shape_it[name](bases[name].to(device)).detach()) for name in bases}
+
+
+def _same_forward_backward(name, ref, dev, make_input, exact):
+    """ref (CPU) and dev (on D1) compute the same outputs, gradients and running statistics: bit for bit where
+    `exact` (the device runs the CPU's kernels: a math composite instead, as native_layer_norm and
+    native_group_norm once ran here, differs in the last bits), else within float32 rounding: torch's own
+    formulas hand a non-CPU device other layouts than the CPU (the backward of native_group_norm makes its
+    input and gradient contiguous on every device but the CPU, as CUDA's kernel gets them), so the CPU kernels
+    the stand-in runs may reduce in another order."""
+    same = (lambda a, b, msg: torch.testing.assert_close(a, b, rtol=0, atol=0, msg=msg)) if exact else \
+        (lambda a, b, msg: torch.testing.assert_close(a, b, msg=msg))
+    xr, xd = make_input("cpu").requires_grad_(), make_input(D1).requires_grad_()
+    assert xd.stride() == xr.stride(), (name, xd.stride(), xr.stride())
+    yr, yd = ref(xr), dev(xd)
+    assert yd.device == D1, (name, yd.device)
+    same(yd.cpu(), yr, lambda m: f"{name}: output: {m}")
+    g = torch.randn(yr.shape)
+    yr.backward(g)
+    yd.backward(g.to(D1))
+    same(xd.grad.cpu(), xr.grad, lambda m: f"{name}: input gradient: {m}")
+    for (pname, a), b in zip(ref.named_parameters(), dev.parameters()):
+        same(b.grad.cpu(), a.grad, lambda m: f"{name}: {pname} gradient: {m}")
+    for (bname, a), b in zip(ref.named_buffers(), dev.buffers()):
+        same(b.cpu(), a, lambda m: f"{name}: {bname}: {m}")
+
+
+def _pair(make):
+    torch.manual_seed(5)
+    ref = make()
+    for p in ref.parameters():  # not the default ones and zeros: a wrong affine step must show
+        with torch.no_grad():
+            p.copy_(torch.randn(p.shape))
+    dev = make()
+    dev.load_state_dict(ref.state_dict())
+    return ref, dev.to(D1)
+
+
+@check
+def norms_on_non_contiguous_inputs():
+    # Issue 34: nn.GroupNorm on a channels_last input raised "view size is not compatible with input
+    # tensor's size and stride" (math_group_norm's view, which won over the fallback on this device).
+    # Every norm, forward and backward, on every layout, equals the CPU's.
+    norms = {
+        "GroupNorm": lambda: nn.GroupNorm(8, 32),
+        "GroupNorm(no affine)": lambda: nn.GroupNorm(4, 32, affine=False),
+        "BatchNorm2d": lambda: nn.BatchNorm2d(32),
+        "BatchNorm2d(eval)": lambda: nn.BatchNorm2d(32).eval(),
+        "InstanceNorm2d": lambda: nn.InstanceNorm2d(32, affine=True, track_running_stats=True),
+        "LayerNorm(channels)": lambda: _ChannelsLast(nn.LayerNorm(32)),
+        "LayerNorm(h, w)": lambda: nn.LayerNorm([5, 6]),
+    }
+    if hasattr(nn, "RMSNorm"):  # torch >= 2.4
+        norms["RMSNorm(channels)"] = lambda: _ChannelsLast(nn.RMSNorm(32))
+        norms["RMSNorm(h, w)"] = lambda: nn.RMSNorm([5, 6])
+    for layout, make_input in _layouts((2, 32, 5, 6)).items():
+        for name, make in norms.items():
+            ref, dev = _pair(make)
+            _same_forward_backward(f"{name} on a {layout} input", ref, dev, make_input, exact=layout == "contiguous")
+    x3 = torch.randn(32, 2, 7)  # (N, C, L), transposed
+    ref, dev = _pair(lambda: nn.GroupNorm(8, 32))
+    _same_forward_backward("GroupNorm on a transposed 3-d input", ref, dev, lambda d: x3.to(d).transpose(0, 1),
+                           exact=False)
+    # The SyncBatchNorm kernels (CUDA-only in ATen, the stand-in's own): channels_last input, CUDA's contract
+    # (statistics in float, output in the input's memory format), against float64 math.
+    x = _layouts((4, 8, 3, 5))["channels_last"]("cpu")
+    xd = x.to(D1)
+    mean, invstd = torch.batch_norm_stats(xd, 1e-5)
+    x64 = x.double()
+    ref_mean, ref_var = x64.mean((0, 2, 3)), x64.var((0, 2, 3), unbiased=False)
+    torch.testing.assert_close(mean.cpu().double(), ref_mean, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(invstd.cpu().double(), (ref_var + 1e-5).rsqrt(), atol=1e-5, rtol=1e-5)
+    w, b = torch.randn(8).to(D1), torch.randn(8).to(D1)
+    y = torch.batch_norm_elemt(xd, w, b, mean, invstd, 1e-5)
+    assert y.device == D1 and y.is_contiguous(memory_format=torch.channels_last), y.stride()
+    ref_y = (x64 - ref_mean.view(1, -1, 1, 1)) * (ref_var + 1e-5).rsqrt().view(1, -1, 1, 1)
+    ref_y = ref_y * w.cpu().double().view(1, -1, 1, 1) + b.cpu().double().view(1, -1, 1, 1)
+    torch.testing.assert_close(y.cpu().double(), ref_y, atol=1e-5, rtol=1e-5)
+    dy = _layouts((4, 8, 3, 5))["permuted"](D1)
+    sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(dy, xd, mean, invstd, w, True, True, True)
+    torch.testing.assert_close(sum_dy.cpu().double(), dy.cpu().double().sum((0, 2, 3)), atol=1e-5, rtol=1e-5)
+    counts = torch.full((1,), float(x.numel() // 8), device=D1)
+    gi = torch.batch_norm_backward_elemt(dy, xd, mean, invstd, w, sum_dy, sum_dy_xmu, counts.int())
+    assert gi.device == D1 and gi.is_contiguous(memory_format=torch.channels_last), gi.stride()
+    xr = x64.clone().requires_grad_()
+    yr = (xr - xr.mean((0, 2, 3), keepdim=True)) * (xr.var((0, 2, 3), unbiased=False, keepdim=True) + 1e-5).rsqrt()
+    (yr * w.cpu().double().view(1, -1, 1, 1)).backward(dy.cpu().double())
+    torch.testing.assert_close(gi.cpu().double(), xr.grad, atol=1e-5, rtol=1e-5)
+
+
+class _ChannelsLast(nn.Module):
+    """A norm over the channels of an NCHW tensor, as ConvNeXt-style blocks apply LayerNorm (permute in,
+    permute back): the norm sees a permuted, non-contiguous input."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x):
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+@check
+def fallback_keeps_aliasing_and_bookkeeping():
+    # The fallback runs CPU kernels on CPU aliases of the device memory: in-place and out= writes land in
+    # the device tensor itself, out= tensors of the wrong size are resized as on the CPU, results live on
+    # the inputs' device index and count in its memory statistics, random ops draw from the device generator.
+    a = torch.arange(6.0, device=D3)
+    view = a[1:4]
+    same = a.add_(1)
+    assert same is a and a.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and view.cpu().tolist() == [2.0, 3.0, 4.0]
+    view.mul_(10)  # through a view with an offset
+    assert a.cpu().tolist() == [1.0, 20.0, 30.0, 40.0, 5.0, 6.0]
+    out = torch.empty(3, device=D3)
+    ptr = out.data_ptr()
+    ret = torch.add(view, 1, out=out)
+    assert ret is out and out.data_ptr() == ptr and out.cpu().tolist() == [21.0, 31.0, 41.0]
+    small = torch.empty(0, device=D3)
+    torch.mul(a, 2, out=small)  # resized, as on the CPU
+    assert small.shape == (6,) and small.device == D3 and small.cpu().tolist() == [2.0, 40.0, 60.0, 80.0, 10.0, 12.0]
+    big = torch.zeros(8, device=D3)
+    torch.mul(a, 2, out=big)  # resized down, as on the CPU (with its warning)
+    assert big.shape == (6,) and big.cpu().tolist() == small.cpu().tolist()
+    t = torch.zeros(2, 3, device=D3).t()  # an out= tensor with other strides: the CPU kernel's rule
+    torch.add(torch.ones(3, 2, device=D3), 1, out=t)
+    assert t.stride() == (1, 3) and t.cpu().tolist() == [[2.0, 2.0]] * 3
+    x = torch.ones(4, device=D3)
+    try:
+        x.unsqueeze(0).expand(3, 4).add_(1)  # written-to memory overlapping: the CPU's error
+    except RuntimeError as exc:
+        assert "single memory location" in str(exc), exc
+    else:
+        raise AssertionError("an in-place op on an expanded tensor was accepted")
+    ys = torch._foreach_add([a, x], 1.0)  # a list result
+    assert [y.device for y in ys] == [D3, D3] and ys[1].cpu().tolist() == [2.0] * 4
+    torch._foreach_mul_([x], 3.0)  # a list mutated in place
+    assert x.cpu().tolist() == [3.0] * 4
+    values, indices = torch.sort(torch.tensor([3.0, 1.0, 2.0], device=D3))
+    assert values.device == indices.device == D3 and indices.cpu().tolist() == [1, 2, 0]
+    assert torch.tensor([1.0, 2.0], device=D3).sum().item() == 3.0
+    mod.empty_cache()
+    before = mod.memory_allocated(3)
+    m = torch.randn(256, 256, device=D3)
+    product = m @ m  # mm's result: host memory of the CPU kernel, counted on the device
+    assert mod.memory_allocated(3) >= before + 2 * 256 * 256 * 4, (before, mod.memory_allocated(3))
+    assert torch.equal(product.cpu(), m.cpu() @ m.cpu())
+    del product, m
+    assert mod.memory_allocated(3) == before
+    g = mod.default_generators[3]  # an explicit generator argument (torch 2.1 cannot construct a device one)
+    g.manual_seed(7)
+    first = torch.randn(5, device=D3, generator=g)
+    g.manual_seed(7)
+    assert torch.equal(torch.randn(5, device=D3, generator=g).cpu(), first.cpu())
+    mod.manual_seed_all(11)
+    r1 = torch.rand(5, device=D3).cpu()
+    mod.manual_seed_all(11)
+    torch.rand(3)  # the CPU generator's stream is another one, as on CUDA
+    assert torch.equal(torch.rand(5, device=D3).cpu(), r1)
+    mod.synchronize()
+
+
 @check
 def vendor_names_frameworks_import():
     # The torch_npu names transformers / MMEngine / accelerate import (the real wheel has them);
@@ -511,7 +697,7 @@ def vendor_names_frameworks_import():
     assert amp is mod.amp
     if GRAD_SCALER:
         assert amp.GradScaler is mod.amp.GradScaler
-    if VENDOR in ("npu", "gcu"):  # typed tensor classes (MMEngine: Union[torch.BoolTensor, torch.npu.BoolTensor])
+    if "BoolTensor" in pkg.SPEC.api:  # typed tensor classes (MMEngine: Union[torch.BoolTensor, torch.npu.BoolTensor])
         import typing
 
         assert typing.Union[torch.BoolTensor, mod.BoolTensor] is not None

@@ -48,6 +48,14 @@ class VendorSpec:
     requires_set_device: bool = False  # backend quirk: init_process_group needs set_device first
     one_process_per_device: bool = False  # backend quirk: one rank per device index
     unsupported_dtypes: tuple = ()
+    amp_dtypes: tuple = ("float16", "bfloat16", "float32")  # get_amp_supported_dtype(): what torch.autocast accepts
+    # A device built into torch (torch.xpu): the simulated device takes that device type and dispatch key,
+    # `torch.<name>` is replaced, the collective backend is torch's own name (xpu.cpp, README "xpu").
+    builtin: bool = False
+
+    @property
+    def dispatch_key(self) -> str:
+        return self.name.upper() if self.builtin else "PrivateUse1"
 
 
 _installed: dict = {}
@@ -106,8 +114,10 @@ def install(spec: VendorSpec) -> types.ModuleType:
             f"cannot import {spec.package}: torch {torch.__version__} has no PrivateUse1 mechanism "
             f"(hooks interface, generate_methods_for_privateuse1_backend); vendor plug-ins need torch >= 2.1"
         )
+    if spec.builtin:
+        _check_builtin(spec)
     current = torch._C._get_privateuse1_backend_name()
-    if current != "privateuseone":
+    if current != "privateuseone" and not spec.builtin:
         raise ImportError(
             f"cannot import {spec.package}: the PrivateUse1 backend is already registered as "
             f"'{current}' in this process. Only one accelerator vendor package can be used per process."
@@ -117,35 +127,40 @@ def install(spec: VendorSpec) -> types.ModuleType:
 
     C = _build.load_extension()
     physical = visible_devices(spec)
-    C._init(len(physical))
+    C._init(len(physical), spec.builtin)
 
-    torch.utils.rename_privateuse1_backend(spec.name)
-    module = _device_module.build_device_module(spec, C)
-    torch._register_device_module(spec.name, module)
-    torch.utils.generate_methods_for_privateuse1_backend(
-        for_tensor=True,
-        for_module=True,
-        for_storage=True,
-        unsupported_dtype=list(spec.unsupported_dtypes) or None,
-    )
+    if spec.builtin:  # torch has the device's names (Tensor.xpu, is_xpu, Module.xpu) and its module: replaced
+        original = getattr(torch, spec.name)
+        module = _device_module.build_device_module(spec, C)
+        module._is_compiled = lambda: False  # true of this torch build: torch skips its own compiled-XPU paths
+        for name in dir(original):  # torch reads its own names at import (dynamo's XpuInterface): the rest stay
+            if not name.startswith("__") and not hasattr(module, name):  # torch's, which fail as without XPU
+                setattr(module, name, getattr(original, name))
+        setattr(torch, spec.name, module)
+    else:
+        torch.utils.rename_privateuse1_backend(spec.name)
+        module = _device_module.build_device_module(spec, C)
+        torch._register_device_module(spec.name, module)
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True,
+            for_module=True,
+            for_storage=True,
+            unsupported_dtype=list(spec.unsupported_dtypes) or None,
+        )
     _distributed.register_backend(spec, C, physical)
-    _register_record_stream(spec)
     _fault.from_environment()  # SIM_ACCEL_FAULT: one kernel made wrong on purpose (tests of accuracy checks)
     _exit.install(spec, C)
     _installed["state"] = (spec, module, C)
     return module
 
 
-def _register_record_stream(spec: VendorSpec) -> None:
-    """``Tensor.record_stream(stream)`` for the device's tensors, as the real plug-ins register it (their
-    caching allocators keep a block until the recorded streams' work is done). Work here is synchronous,
-    so there is nothing to defer; a stream of another device type is refused, as CUDA's allocator does."""
+def _check_builtin(spec: VendorSpec) -> None:
+    """A device built into torch is simulated only where this torch lacks it and has its collectives (xccl is in
+    torch from 2.8)."""
+    release = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    if release < (2, 8):
+        raise ImportError(f"cannot import {spec.package}: the simulated {spec.name} device needs torch >= 2.8 "
+                          f"({spec.backend} in torch), this is {torch.__version__}")
+    if getattr(torch._C, f"_has_{spec.name}", False):
+        raise ImportError(f"cannot import {spec.package}: this torch is built with {spec.name}; nothing to simulate")
 
-    def record_stream(tensor, stream):
-        if stream.device_type != int(torch._C._autograd.DeviceType.PrivateUse1):
-            raise RuntimeError(f"record_stream: expected a {spec.name} stream for a tensor on {tensor.device}, "
-                               f"got a stream of device type {stream.device_type}")
-
-    library = torch.library.Library("aten", "IMPL")
-    library.impl("record_stream", record_stream, "PrivateUse1")
-    _installed["record_stream"] = library  # kept alive for the process

@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 
 _HERE = Path(__file__).resolve().parent
-_SOURCES = ["csrc/runtime.cpp", "csrc/kernels.cpp", "csrc/rnn.cpp", "csrc/tensor_type.cpp", "csrc/autocast.cpp"]
-_HEADERS = ["csrc/sim_accel.h"]
+# every C++ file of csrc/ is part of the extension (sorted: the hash and the link order stay stable)
+_SOURCES = sorted(p.relative_to(_HERE).as_posix() for p in (_HERE / "csrc").glob("*.cpp"))
+_HEADERS = sorted(p.relative_to(_HERE).as_posix() for p in (_HERE / "csrc").glob("*.h"))
 _CFLAGS = ["-O1", "-g0", "-fvisibility=hidden"]
 _BUILT_MARKER = "BUILT"
 

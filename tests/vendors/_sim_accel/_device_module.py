@@ -167,7 +167,7 @@ def build_device_module(spec, C) -> types.ModuleType:
 
     # ------------------------------------------------------------- streams
     def _device_type_id():
-        return int(torch._C._autograd.DeviceType.PrivateUse1)
+        return int(getattr(torch._C._autograd.DeviceType, spec.dispatch_key))
 
     # torch < 2.6 has no torch.accelerator: work is synchronous, so a stream is then an id only
     # (0 the default, new ones numbered), set_stream remembers the choice and synchronize() returns.
@@ -565,7 +565,7 @@ def build_device_module(spec, C) -> types.ModuleType:
 
     @export
     def get_amp_supported_dtype() -> list:
-        return [torch.float16, torch.bfloat16, torch.float32]
+        return [getattr(torch, n) for n in spec.amp_dtypes]
 
     @export
     def is_autocast_enabled() -> bool:

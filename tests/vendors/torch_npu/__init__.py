@@ -62,7 +62,9 @@ npu = install(SPEC)
 
 import sys as _sys  # noqa: E402
 
-from . import _ascend, _dynamo, _graphs  # noqa: E402
+from . import _ascend, _dynamo, _graphs, _strict  # noqa: E402
+
+STRICT = _strict.install()  # as strict as torch_npu for this torch (SIM_ACCEL_PERMISSIVE=1: the old permissive one)
 
 _ascend.extend(npu, _sys.modules[__name__])
 _graphs.extend(npu, _sys.modules[__name__])
@@ -84,3 +86,8 @@ torch.nn.Module.npu = _module_npu
 # torch_npu adds this to torch.distributed (torch_npu/_init/patches/distributed_patches.py).
 if not hasattr(torch.distributed, "is_hccl_available"):
     torch.distributed.is_hccl_available = lambda: True
+
+# Module.share_memory and npu tensors sent to other processes, as torch_npu has them for this torch
+from . import _ipc  # noqa: E402
+
+_ipc.install()

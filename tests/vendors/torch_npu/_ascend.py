@@ -86,15 +86,20 @@ _kept = {}  # libraries of kernels registered here, alive for the process
 
 
 def _pta_error_value() -> str:
-    """torch_npu's pta_error(ErrCode.VALUE) suffix (torch_npu/utils/_error_code.py; empty when
-    TORCH_NPU_COMPACT_ERROR_OUTPUT=1)."""
+    """torch_npu's pta_error(ErrCode.VALUE) suffix."""
+    return _pta_error(3, "invalid value")
+
+
+def _pta_error(code: int, text: str) -> str:
+    """torch_npu's pta_error(ErrCode.<X>) suffix for the code and text of <X> (torch_npu/utils/_error_code.py:
+    ERR00<code> PTA <text>; empty when TORCH_NPU_COMPACT_ERROR_OUTPUT=1)."""
     import os
     import time
 
     if int(os.getenv("TORCH_NPU_COMPACT_ERROR_OUTPUT", "0")):
         return ""
-    return "\n[ERROR] {} (PID:{}, Device:-1, RankID:-1) ERR00003 PTA invalid value".format(
-        time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime()), os.getpid())
+    return "\n[ERROR] {} (PID:{}, Device:-1, RankID:-1) ERR00{:0>3d} PTA {}".format(
+        time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime()), os.getpid(), code, text)
 
 
 def get_soc_version() -> int:

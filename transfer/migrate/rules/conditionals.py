@@ -3,7 +3,7 @@ tests guard what they select.
 
 ``"cuda" if torch.cuda.is_available() else "cpu"``: the test and the branches
 are one group (all or none, `port.Porter.settle`). A ``torch.cuda.is_available()``
-(``device_count``, ``is_initialized``) test, or a comparison with ``"cuda"``
+(``device_count``, ``is_initialized``, ``x.is_cuda``) test, or a comparison with ``"cuda"``
 (``device.type == "cuda"``), is rewritten only when nothing it guards is left for
 a person (for a comparison: nothing that fails natively, comparisons left aside),
 else the CUDA branch would start running natively, half-ported. The other way
@@ -20,7 +20,9 @@ from typing import List
 
 from ..edits import Candidate, inside
 
-_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized"})
+# ``x.is_cuda`` too: DCGAN's ``if input.is_cuda and self.ngpu > 1: nn.parallel.data_parallel(...)``
+_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized",
+                           "Tensor.is_cuda"})
 
 
 def after_walk(porter) -> None:

@@ -5,8 +5,9 @@ member too: ``torch.cuda.X`` -> ``torch.<dev>.Y``); ``torch.cuda.amp.autocast(..
 -> ``torch.autocast("<dev>", ...)`` and ``torch.cuda.amp.GradScaler(...)`` ->
 ``torch.amp.GradScaler("<dev>", ...)``. What the vendor lacks, or transfer only
 answers at run time, is left for a person with the table's reason and the
-native spelling (`support.native_spelling`). ``torch.nn.DataParallel`` is named
-(torch's scatter/gather are CUDA-only). Uses through an alias of torch.cuda
+native spelling (`support.native_spelling`). ``torch.nn.DataParallel`` and its
+functional form ``torch.nn.parallel.data_parallel`` are named (torch's scatter/gather
+are CUDA-only). Uses through an alias of torch.cuda
 are `aliases`'s.
 """
 
@@ -27,8 +28,8 @@ def visit_attribute(porter, node: ast.Attribute) -> None:
                         f".is_cuda -> .is_{porter.dev}", expect=["is_cuda"])
         return
     api = names.api_of(qualified)
-    if api == "torch.nn.DataParallel":
-        note_dataparallel(porter, node)
+    if api in names.DATA_PARALLEL:
+        note_dataparallel(porter, node, api)
         return
     if api is None or not api.startswith("torch.cuda.") or porter.finding(node, api) is None:
         return
@@ -85,13 +86,15 @@ def _member(node: ast.Attribute, inner: ast.Attribute) -> ast.Attribute:
 
 
 def visit_name(porter, node: ast.Name) -> None:
-    if node.id in ("DataParallel",) and porter.imports.table.get(node.id, "").endswith("DataParallel"):
-        note_dataparallel(porter, node)
+    qualified = porter.imports.table.get(node.id)
+    api = names.api_of(qualified) if qualified else None
+    if api in names.DATA_PARALLEL and node.id == api.rsplit(".", 1)[1]:
+        note_dataparallel(porter, node, api)
 
 
-def note_dataparallel(porter, node: ast.AST) -> None:
-    porter.note(node, "torch.nn.DataParallel",
-                f"torch.nn.DataParallel: torch's scatter/gather are CUDA-only C++, so it fails on {porter.dev} "
+def note_dataparallel(porter, node: ast.AST, api: str) -> None:
+    porter.note(node, api,
+                f"{api}: torch's scatter/gather are CUDA-only C++, so it fails on {porter.dev} "
                 f"devices: use DistributedDataParallel (run_distributed_{porter.dev}.sh), or "
                 f"model.to(\"{porter.dev}\") for one device")
 

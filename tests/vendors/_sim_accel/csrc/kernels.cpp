@@ -7,11 +7,19 @@
 //   SyncBatchNorm kernels that ATen only has for CUDA are implemented with
 //   CPU ATen math on CPU tensors that alias the device memory.
 // * native_dropout draws its mask from the device generator.
-// * Every other operator goes through at::native::cpu_fallback (copy to the
-//   CPU, run the CPU kernel, copy results back), after replacing a missing
-//   or device generator argument by the device's generator.
+// * Every other operator goes through the boxed fallback, after a missing or
+//   device generator argument is replaced by the device's generator: the CPU
+//   kernel runs on CPU aliases of the device memory (alias_fallback.cpp, no
+//   copies); what that cannot keep exact (views, sparse tensors) takes
+//   at::native::cpu_fallback (copy to the CPU, run, copy results back).
+// * native_group_norm, native_layer_norm and addr are sent to that fallback
+//   too: their CompositeExplicitAutograd kernels would win over it on this
+//   device and run a different math (math_group_norm's input.view fails on a
+//   channels_last or permuted input); torch_npu has kernels of its own for
+//   them, and the CPU's are the ones that compute what CUDA computes.
 
 #include "sim_accel.h"
+#include "strict.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/bernoulli.h>
@@ -53,13 +61,13 @@ Tensor empty_memory_format(
     c10::optional<bool> pin_memory_opt,
     c10::optional<c10::MemoryFormat> memory_format_opt) {
   const auto device = c10::device_or_default(device_opt);
-  TORCH_CHECK(device.is_privateuseone());
+  TORCH_CHECK(is_sim(device));
   TORCH_CHECK(
       c10::layout_or_default(layout_opt) == c10::Layout::Strided,
       "only strided tensors are supported on this device");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory_opt), "Pin memory can only be on CPU");
   const c10::DeviceGuard guard(device);
-  constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
+  const c10::DispatchKeySet ks(dispatch_key());
   return at::detail::empty_generic(
       size, device_allocator(), ks, c10::dtype_or_default(dtype_opt), memory_format_opt);
 }
@@ -72,13 +80,13 @@ Tensor empty_strided(
     c10::optional<c10::Device> device_opt,
     c10::optional<bool> pin_memory_opt) {
   const auto device = c10::device_or_default(device_opt);
-  TORCH_CHECK(device.is_privateuseone());
+  TORCH_CHECK(is_sim(device));
   TORCH_CHECK(
       c10::layout_or_default(layout_opt) == c10::Layout::Strided,
       "only strided tensors are supported on this device");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory_opt), "Pin memory can only be on CPU");
   const c10::DeviceGuard guard(device);
-  constexpr c10::DispatchKeySet ks(c10::DispatchKey::PrivateUse1);
+  const c10::DispatchKeySet ks(dispatch_key());
   return at::detail::empty_strided_generic(
       size, stride, device_allocator(), ks, c10::dtype_or_default(dtype_opt));
 }
@@ -115,7 +123,7 @@ Tensor unfold(const Tensor& self, int64_t dimension, int64_t size, int64_t step)
 // A CPU alias of `t` (alias_cpu) with t's lazy conjugate and negative bits, which say how its memory is read.
 Tensor alias_cpu_with_math_bits(const Tensor& t) {
   Tensor cpu = alias_cpu(t);
-  if (!t.defined() || !t.device().is_privateuseone()) {
+  if (!t.defined() || !is_sim(t.device())) {
     return cpu;
   }
   if (t.is_conj()) {
@@ -143,7 +151,7 @@ Tensor copy_from(const Tensor& self, const Tensor& dst, bool non_blocking) {
 }
 
 Tensor copy_from_and_resize(const Tensor& self, const Tensor& dst) {
-  if (dst.device().is_privateuseone()) {
+  if (is_sim(dst.device())) {
     const c10::DeviceGuard guard(dst.device());
     at::native::resize_(dst, self.sizes(), c10::nullopt);
   } else {
@@ -205,16 +213,16 @@ int device_of_arguments(const c10::FunctionSchema& schema, torch::jit::Stack* st
     const c10::IValue& v = (*stack)[begin + i];
     if (v.isTensor()) {
       const auto& t = v.toTensor();
-      if (t.defined() && t.device().is_privateuseone()) {
+      if (t.defined() && is_sim(t.device())) {
         return t.device().index();
       }
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec()) {
-        if (t.defined() && t.device().is_privateuseone()) {
+        if (t.defined() && is_sim(t.device())) {
           return t.device().index();
         }
       }
-    } else if (v.isDevice() && v.toDevice().is_privateuseone()) {
+    } else if (v.isDevice() && is_sim(v.toDevice())) {
       return v.toDevice().has_index() ? v.toDevice().index() : current_device();
     }
   }
@@ -256,7 +264,7 @@ void optional_tensor_lists_to_cpu(torch::jit::Stack* stack, size_t num_arguments
     }
     auto tensors = v.toOptionalTensorList().vec();
     for (auto& t : tensors) {
-      if (t.has_value() && t->defined() && t->device().is_privateuseone()) {
+      if (t.has_value() && t->defined() && is_sim(t->device())) {
         t = alias_cpu(*t);
       }
     }
@@ -264,22 +272,28 @@ void optional_tensor_lists_to_cpu(torch::jit::Stack* stack, size_t num_arguments
   }
 }
 
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  substitute_generators(op, stack);
+// torch's copying CPU fallback: every device input copied to the CPU, the CPU kernel run, results and
+// mutated inputs copied back. For what run_on_cpu_aliases leaves, and for operators torch_npu lacks (it
+// runs those through such a copying CPU fallback, with its warning: strict.cpp).
+void copying_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 #if SIM_TORCH_BEFORE(2, 3)
   optional_tensor_lists_to_cpu(stack, op.schema().arguments().size());
 #endif
   at::native::cpu_fallback(op, stack);
 }
 
-// --------------------------------------------------------------- convolution
-
-Tensor to_device(const Tensor& cpu, const c10::Device& device) {
-  if (!cpu.defined()) {
-    return cpu;
+// Every aten operator without a kernel of the device's own arrives here (boxed). An operator torch_npu
+// registers runs on CPU aliases of the device memory (alias_fallback.cpp: no copies, as on the device);
+// one it lacks takes the copying fallback, as it does with torch_npu.
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const bool vendor_kernel = strict::check(op, stack);  // torch_npu's strictness (strict.cpp); off for the other vendors
+  substitute_generators(op, stack);
+  if (!vendor_kernel || !run_on_cpu_aliases(op, stack)) {
+    copying_fallback(op, stack);
   }
-  return cpu.to(device);
 }
+
+// --------------------------------------------------------------- convolution
 
 Tensor convolution_overrideable(
     const Tensor& input,
@@ -301,7 +315,7 @@ Tensor convolution_overrideable(
       concrete(stride), concrete(padding),
       concrete(dilation), transposed,
       concrete(output_padding), concrete(groups));
-  return to_device(out, input.device());
+  return cpu_result_to_device(out, input.device());
 }
 
 std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
@@ -324,8 +338,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward_overrideable(
       concrete(stride), concrete(padding),
       concrete(dilation), transposed,
       concrete(output_padding), g, output_mask);
-  return {to_device(gi, input.device()), to_device(gw, weight.device()),
-          to_device(gb, weight.device())};
+  return {cpu_result_to_device(gi, input.device()), cpu_result_to_device(gw, weight.device()),
+          cpu_result_to_device(gb, weight.device())};
 }
 
 // ------------------------------------------------------------- SyncBatchNorm
@@ -367,7 +381,7 @@ std::tuple<Tensor, Tensor> batch_norm_stats(const Tensor& input, double eps) {
   const Tensor var = (x - mean.view(channel_shape(x))).pow(2).mean(dims);
   const Tensor invstd = (var + eps).rsqrt();
   const auto acc = acc_type(input.scalar_type());
-  return {mean.to(acc).to(input.device()), invstd.to(acc).to(input.device())};
+  return {cpu_result_to_device(mean.to(acc), input.device()), cpu_result_to_device(invstd.to(acc), input.device())};
 }
 
 std::tuple<Tensor, Tensor> gather_stats_impl(
@@ -398,7 +412,7 @@ std::tuple<Tensor, Tensor> gather_stats_impl(
     rv.copy_(rv.to(at::kDouble) * (1 - momentum) + unbiased * momentum);
   }
   const auto out_type = mean_all.scalar_type();
-  return {mean.to(out_type).to(input.device()), invstd.to(out_type).to(input.device())};
+  return {cpu_result_to_device(mean.to(out_type), input.device()), cpu_result_to_device(invstd.to(out_type), input.device())};
 }
 
 std::tuple<Tensor, Tensor> batch_norm_gather_stats_with_counts(
@@ -447,7 +461,7 @@ Tensor batch_norm_elemt(
   if (b.defined()) {
     y = y + b.to(acc).view(shape);
   }
-  return y.to(input.scalar_type()).contiguous(input.suggest_memory_format()).to(input.device());
+  return cpu_result_to_device(y.to(input.scalar_type()).contiguous(input.suggest_memory_format()), input.device());
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_backward_reduce(
@@ -472,14 +486,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_backward_reduce(
   const auto wtype = w.defined() ? w.scalar_type() : input.scalar_type();
   Tensor r_sum_dy, r_sum_dy_xmu, r_gw, r_gb;
   if (input_g) {
-    r_sum_dy = sum_dy.to(acc).to(input.device());
-    r_sum_dy_xmu = sum_dy_xmu.to(acc).to(input.device());
+    r_sum_dy = cpu_result_to_device(sum_dy.to(acc), input.device());
+    r_sum_dy_xmu = cpu_result_to_device(sum_dy_xmu.to(acc), input.device());
   }
   if (weight_g) {
-    r_gw = (sum_dy_xmu * alias_cpu(invstd).to(at::kDouble)).to(wtype).to(input.device());
+    r_gw = cpu_result_to_device((sum_dy_xmu * alias_cpu(invstd).to(at::kDouble)).to(wtype), input.device());
   }
   if (bias_g) {
-    r_gb = sum_dy.to(wtype).to(input.device());
+    r_gb = cpu_result_to_device(sum_dy.to(wtype), input.device());
   }
   return {r_sum_dy, r_sum_dy_xmu, r_gw, r_gb};
 }
@@ -509,7 +523,7 @@ Tensor batch_norm_backward_elemt(
   }
   const Tensor gi = (dy - mean_dy.view(shape) - xmu * (inv * inv * mean_dy_xmu).view(shape)) *
       scale.view(shape);
-  return gi.to(input.scalar_type()).contiguous(input.suggest_memory_format()).to(input.device());
+  return cpu_result_to_device(gi.to(input.scalar_type()).contiguous(input.suggest_memory_format()), input.device());
 }
 
 // native_batch_norm updates running_mean/running_var in place although its
@@ -529,8 +543,8 @@ std::tuple<Tensor, Tensor, Tensor> native_batch_norm(
   auto [out, save_mean, save_invstd] = at::native_batch_norm(
       alias_cpu(input), as_opt(opt_cpu(weight)), as_opt(opt_cpu(bias)),
       as_opt(opt_cpu(running_mean)), as_opt(opt_cpu(running_var)), training, momentum, eps);
-  return {to_device(out, input.device()), to_device(save_mean, input.device()),
-          to_device(save_invstd, input.device())};
+  return {cpu_result_to_device(out, input.device()), cpu_result_to_device(save_mean, input.device()),
+          cpu_result_to_device(save_invstd, input.device())};
 }
 
 // ------------------------------------------------------------------ dropout
@@ -629,6 +643,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Ops whose CompositeExplicitAutogradNonFunctional kernel would win over
   // the fallback and call the CPU out= kernel with a wrongly shaped output.
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&sim_accel::fallback>());
+  // Ops whose CompositeExplicitAutograd kernel would win over the fallback with other math than the
+  // CPU's and CUDA's kernels (torch_npu registers kernels of its own for all three). math_group_norm
+  // views its input as (1, N * groups, -1): "view size is not compatible with input tensor's size and
+  // stride" on a channels_last or permuted input (torch 2.13-2.14's group_norm no longer makes it
+  // contiguous first), and rounds differently from the CPU kernel where it runs.
+  m.impl("native_group_norm", torch::CppFunction::makeFromBoxedFunction<&sim_accel::fallback>());
+  m.impl("native_layer_norm", torch::CppFunction::makeFromBoxedFunction<&sim_accel::fallback>());
+  m.impl("addr", torch::CppFunction::makeFromBoxedFunction<&sim_accel::fallback>());
 }
 
 // copy_ of a lazily conjugated (or negated) tensor re-dispatches, on a device torch's copy_ does not know, to

@@ -54,6 +54,9 @@ namespace sim_accel {
 namespace {
 
 std::atomic<int> g_device_count{0};
+// PrivateUse1, or XPU for the xpu stand-in (xpu.cpp): set by _init before any tensor of the device exists.
+c10::DeviceType g_type = c10::DeviceType::PrivateUse1;
+c10::DispatchKey g_key = c10::DispatchKey::PrivateUse1;
 std::atomic<bool> g_device_explicitly_set{false};
 thread_local int tls_device = 0;
 thread_local std::array<int64_t, kMaxDevices> tls_stream{};  // 0 = default
@@ -93,6 +96,12 @@ struct DeviceCounters {
   int64_t free_count_total = 0;
   int64_t segment_count = 0;
   std::unordered_multimap<size_t, void*> cache;  // size -> free block
+
+  // Reserved bytes grow or shrink (g_alloc_mutex held).
+  void reserved(int64_t size) {
+    reserved_current += size;
+    reserved_peak = std::max(reserved_peak, reserved_current);
+  }
 };
 
 std::mutex g_alloc_mutex;
@@ -102,11 +111,31 @@ std::unordered_map<void*, int> g_live;  // ptr -> device
 
 void free_block(void* ctx);
 
+// The statistics of a block coming to life or freed (the caller holds g_alloc_mutex).
+void count_alloc(int dev, void* ptr, size_t size) {
+  auto& c = g_counters[dev];
+  c.allocated_current += size;
+  c.allocated_peak = std::max(c.allocated_peak, c.allocated_current);
+  c.allocated_total += size;
+  c.alloc_count_current += 1;
+  c.alloc_count_total += 1;
+  g_live[ptr] = dev;
+}
+
+void count_free(int dev, void* ptr, size_t size) {
+  auto& c = g_counters[dev];
+  c.allocated_current -= size;
+  c.freed_total += size;
+  c.alloc_count_current -= 1;
+  c.free_count_total += 1;
+  g_live.erase(ptr);
+}
+
 struct SimAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) SIM_ALLOCATE_CONST override {
     const int dev = tls_device;
     check_index(dev);
-    const c10::Device device(c10::DeviceType::PrivateUse1, dev);
+    const c10::Device device(g_type, dev);
     if (nbytes == 0) {
       return {nullptr, nullptr, &free_block, device};
     }
@@ -130,20 +159,13 @@ struct SimAllocator final : public c10::Allocator {
       }
       std::lock_guard<std::mutex> lock(g_alloc_mutex);
       auto& c = g_counters[dev];
-      c.reserved_current += size;
-      c.reserved_peak = std::max(c.reserved_peak, c.reserved_current);
+      c.reserved(size);
       c.segment_count += 1;
     }
     auto* block = new Block{ptr, size, dev};
     {
       std::lock_guard<std::mutex> lock(g_alloc_mutex);
-      auto& c = g_counters[dev];
-      c.allocated_current += size;
-      c.allocated_peak = std::max(c.allocated_peak, c.allocated_current);
-      c.allocated_total += size;
-      c.alloc_count_current += 1;
-      c.alloc_count_total += 1;
-      g_live[ptr] = dev;
+      count_alloc(dev, ptr, size);
     }
     g_device_used[dev].store(true);
     return {ptr, block, &free_block, device};
@@ -165,13 +187,8 @@ void free_block(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
   {
     std::lock_guard<std::mutex> lock(g_alloc_mutex);
-    auto& c = g_counters[block->device];
-    c.allocated_current -= block->size;
-    c.freed_total += block->size;
-    c.alloc_count_current -= 1;
-    c.free_count_total += 1;
-    g_live.erase(block->ptr);
-    c.cache.emplace(block->size, block->ptr);
+    count_free(block->device, block->ptr, block->size);
+    g_counters[block->device].cache.emplace(block->size, block->ptr);
   }
   delete block;
 }
@@ -219,14 +236,14 @@ class SimGenerator final : public c10::GeneratorImpl {
  public:
   SimGenerator(c10::DeviceIndex index, uint64_t seed)
       : c10::GeneratorImpl(
-            c10::Device(c10::DeviceType::PrivateUse1, index),
-            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+            c10::Device(g_type, index),
+            c10::DispatchKeySet(g_key)),
         inner_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
 
   SimGenerator(c10::DeviceIndex index, at::Generator inner)
       : c10::GeneratorImpl(
-            c10::Device(c10::DeviceType::PrivateUse1, index),
-            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+            c10::Device(g_type, index),
+            c10::DispatchKeySet(g_key)),
         inner_(std::move(inner)) {}
 
   void set_current_seed(uint64_t seed) override {
@@ -257,7 +274,7 @@ class SimGenerator final : public c10::GeneratorImpl {
     return inner_.unsafeGetGeneratorImpl()->get_state();
   }
   static c10::DeviceType device_type() {
-    return c10::DeviceType::PrivateUse1;
+    return g_type;
   }
   const at::Generator& inner() const {
     return inner_;
@@ -297,17 +314,18 @@ std::atomic<int64_t> g_next_stream{1};
 // ---------------------------------------------------------------- guard
 
 struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
-  static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
+  // PrivateUse1 (registered below), or XPU (xpu.cpp registers a second instance for the xpu stand-in).
+  c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
 
   SimGuardImpl() = default;
-  explicit SimGuardImpl(c10::DeviceType t) {
-    TORCH_CHECK(t == static_type);
+  explicit SimGuardImpl(c10::DeviceType t) : static_type(t) {
+    TORCH_CHECK(t == c10::DeviceType::PrivateUse1 || t == c10::DeviceType::XPU);
   }
   c10::DeviceType type() const override {
     return static_type;
   }
   c10::Device exchangeDevice(c10::Device d) const override {
-    TORCH_CHECK(d.is_privateuseone(), "expected a PrivateUse1 device, got ", d);
+    TORCH_CHECK(d.type() == static_type, "expected a ", static_type, " device, got ", d);
     const int old = tls_device;
     if (d.index() >= 0) {
       check_index(d.index());
@@ -319,7 +337,7 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::Device(static_type, static_cast<c10::DeviceIndex>(tls_device));
   }
   void setDevice(c10::Device d) const override {
-    TORCH_CHECK(d.is_privateuseone(), "expected a PrivateUse1 device, got ", d);
+    TORCH_CHECK(d.type() == static_type, "expected a ", static_type, " device, got ", d);
     if (d.index() >= 0) {
       check_index(d.index());
       tls_device = d.index();
@@ -481,7 +499,7 @@ struct SimHooks final : public at::PrivateUse1HooksInterface {
     std::lock_guard<std::mutex> lock(g_alloc_mutex);
     auto it = g_live.find(data);
     TORCH_CHECK(it != g_live.end(), "pointer was not allocated on the simulated device");
-    return at::Device(at::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(it->second));
+    return at::Device(g_type, static_cast<c10::DeviceIndex>(it->second));
   }
   bool isPinnedPtr(const void* data) const {
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
@@ -518,7 +536,7 @@ c10::optional<at::Generator> cpu_generator_for(const at::Generator& gen) {
   if (!gen.defined()) {
     return c10::nullopt;
   }
-  if (gen.device().is_privateuseone()) {
+  if (is_sim(gen.device())) {
     return gen.get<SimGenerator>()->inner();
   }
   return c10::nullopt;
@@ -542,8 +560,116 @@ at::Allocator* device_allocator() {
   return &g_allocator;
 }
 
+c10::DeviceType device_type() {
+  return g_type;
+}
+
+c10::DispatchKey dispatch_key() {
+  return g_key;
+}
+
+at::Generator new_generator(int index) {
+  const int idx = index >= 0 ? index : tls_device;
+  check_index(idx);
+  return at::make_generator<SimGenerator>(static_cast<c10::DeviceIndex>(idx), c10::default_rng_seed_val);
+}
+
+at::Device device_of_pointer(void* data) {
+  std::lock_guard<std::mutex> lock(g_alloc_mutex);
+  auto it = g_live.find(data);
+  TORCH_CHECK(it != g_live.end(), "pointer was not allocated on the simulated device");
+  return at::Device(g_type, static_cast<c10::DeviceIndex>(it->second));
+}
+
+bool is_pinned_pointer(const void* data) {
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  return g_pinned.count(const_cast<void*>(data)) > 0;
+}
+
+at::Allocator* pinned_allocator() {
+  return &g_pinned_allocator;
+}
+
+void set_current_device(int index) {
+  check_index(index);
+  tls_device = index;
+  g_device_explicitly_set.store(true);
+}
+
+int exchange_device(int index) {
+  const int old = tls_device;
+  if (index >= 0) {
+    check_index(index);
+    tls_device = index;
+  }
+  return old;
+}
+
+namespace {
+
+// Host memory a CPU kernel allocated, handed to a device tensor without a copy (adopt_cpu): the CPU
+// storage stays alive until the device storage lets go of it, and the bytes count for the device
+// like a block of its own allocator (allocated/reserved, used indices, getDeviceFromPtr).
+struct AdoptedBlock {
+  c10::StorageImpl* cpu;  // one reference held
+  void* ptr;
+  size_t size;  // rounded like the allocator's blocks
+  int device;
+};
+
+void free_adopted(void* ctx) {
+  auto* block = static_cast<AdoptedBlock*>(ctx);
+  {
+    std::lock_guard<std::mutex> lock(g_alloc_mutex);
+    count_free(block->device, block->ptr, block->size);
+    // not cached: the CPU allocator takes it back
+    g_counters[block->device].reserved(-static_cast<int64_t>(block->size));
+  }
+  c10::raw::intrusive_ptr::decref(block->cpu);
+  delete block;
+}
+
+}  // namespace
+
+at::Tensor adopt_cpu(const at::Tensor& cpu, c10::Device device) {
+  const int dev = device.has_index() ? device.index() : tls_device;
+  check_index(dev);
+  const c10::Storage& source = cpu.storage();
+  c10::StorageImpl* impl = source.unsafeGetStorageImpl();
+  void* ptr = impl->data_ptr().get();
+  const size_t nbytes = impl->nbytes();
+  const size_t size = ((nbytes + kRound - 1) / kRound) * kRound;
+  c10::raw::intrusive_ptr::incref(impl);
+  auto* block = new AdoptedBlock{impl, ptr, size, dev};
+  {
+    std::lock_guard<std::mutex> lock(g_alloc_mutex);
+    count_alloc(dev, ptr, size);
+    g_counters[dev].reserved(size);
+  }
+  g_device_used[dev].store(true);
+  const c10::Device target(g_type, static_cast<c10::DeviceIndex>(dev));
+  c10::Storage storage(
+      c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(ptr, block, &free_adopted, target),
+      &g_allocator, /*resizable=*/true);
+  at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(g_key), cpu.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides());
+  out.unsafeGetTensorImpl()->set_storage_offset(cpu.storage_offset());
+  return out;
+}
+
+void note_shared_block(int device, void* ptr, size_t size, bool alive) {
+  std::lock_guard<std::mutex> lock(g_alloc_mutex);
+  if (alive) {
+    count_alloc(device, ptr, size);
+    g_device_used[device].store(true);
+  } else {
+    count_free(device, ptr, size);
+  }
+}
+
 at::Tensor alias_cpu(const at::Tensor& t) {
-  if (!t.defined() || !t.device().is_privateuseone()) {
+  if (!t.defined() || !is_sim(t.device())) {
     return t;
   }
   if (t.numel() == 0 || t.data_ptr() == nullptr) {
@@ -556,12 +682,28 @@ at::Tensor alias_cpu(const at::Tensor& t) {
       t.options().device(at::kCPU));
 }
 
+at::Tensor cpu_result_to_device(const at::Tensor& cpu, c10::Device device) {
+  if (!cpu.defined()) {
+    return cpu;
+  }
+  if (cpu.device().is_cpu() && cpu.layout() == c10::Layout::Strided && !cpu.is_quantized() &&
+      !cpu.is_conj() && !cpu.is_neg() && cpu.numel() > 0 && cpu.storage().data() != nullptr) {
+    return adopt_cpu(cpu, device);
+  }
+  return cpu.to(device);
+}
+
 namespace {
 
 // ---------------------------------------------------------------- bindings
 
-void py_init(int count) {
+void py_init(int count, bool xpu) {
   TORCH_CHECK(count >= 0 && count <= kMaxDevices, "device count must be in [0, ", kMaxDevices, "]");
+  if (xpu && g_type != c10::DeviceType::XPU) {
+    g_type = c10::DeviceType::XPU;
+    g_key = c10::DispatchKey::XPU;
+    install_xpu();
+  }
   int expected = 0;
   if (!g_device_count.compare_exchange_strong(expected, count)) {
     TORCH_CHECK(expected == count, "simulated accelerator already initialised with ", expected, " devices");
@@ -659,6 +801,10 @@ py::object py_default_generator(int index) {
 
 }  // namespace
 
+c10::impl::DeviceGuardImplInterface* new_guard(c10::DeviceType type) {
+  return new SimGuardImpl(type);
+}
+
 }  // namespace sim_accel
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, sim_accel::SimGuardImpl);
@@ -728,9 +874,14 @@ struct Registrar {
 Registrar g_registrar;
 }  // namespace
 
+namespace sim_accel {
+void bind_backend(pybind11::module& m);  // backend.cpp: the collective backend's C++ half
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace sim_accel;
-  m.def("_init", &py_init);
+  bind_backend(m);
+  m.def("_init", &py_init, py::arg("count"), py::arg("xpu") = false);
   m.def("device_count", &device_count);
   m.def("current_device", &current_device);
   m.def("set_device", &py_set_device);
@@ -771,4 +922,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
 #endif
   m.def("alias_cpu", &alias_cpu, "CPU tensor aliasing the memory of a device tensor (no copy)");
+  m.def("share_device_storage", &share_device_storage,
+        "move a device tensor's storage into a named shared-memory segment; returns its name (ipc.cpp)");
+  m.def("open_device_storage", &open_device_storage,
+        "a uint8 device tensor over a segment another process shared (ipc.cpp)");
 }
