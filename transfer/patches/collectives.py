@@ -116,10 +116,13 @@ class _Rules:
         # pytorch#171458 in 2026-01): computed here as NCCL does (all_gather, host) on torch < 2.12
         # torch 2.1's gloo also has no _reduce_scatter_base (reduce_scatter computed from an all_gather, as NCCL
         # does) and no _allgather_base (that all_gather takes the list form)
+        # torch 2.0's gloo reduces no bool tensors ("Invalid scalar type"): NCCL's logical or/and, computed here
         self.old_gloo = self.backend == "gloo" and _torch_release() < (2, 12)
         self.float_avg = not self.old_gloo
         if self.old_gloo:
             self.ok["reduce_scatter"] = frozenset()
+            if _torch_release() < (2, 1):
+                self.ok["reduce"] = self.ok["reduce"] - {torch.bool}
 
     # ------------------------------------------------------------------ the wrappers
     def reduction(self, name, function):
@@ -303,6 +306,8 @@ def _gather_all(dist, tensor, world, group, list_form=False):
         raise RuntimeError("Tensors must be contiguous (as NCCL requires)")
     source = torch.view_as_real(tensor) if tensor.is_complex() else tensor
     flat = source.reshape(-1)
+    if flat.dtype == torch.bool:  # gathered as its bytes: torch 2.0's gloo moves no bool tensors
+        return _gather_all(dist, flat.view(torch.uint8), world, group, list_form).view(torch.bool)
     if list_form:  # older gloo: no _allgather_base
         parts = [torch.empty_like(flat) for _ in range(world)]
         dist.all_gather(parts, flat, group=group)

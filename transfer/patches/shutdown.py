@@ -55,6 +55,18 @@ train) and before those registered earlier; uninstall unregisters it and puts
 the original ``_engine_run_backward`` back. No ``os._exit``: the exit code,
 later atexit hooks and stream flushing behave as usual.
 
+Destroyed groups (``shutdown.groups``): a second hang, seen on torch 2.0 and 2.1 with gdb on a hung rank.
+The main thread, holding the GIL, frees DDP's Reducer with the script's frame after
+``destroy_process_group()``; the Reducer holds the last reference to the group, so ``~ProcessGroupGloo``
+joins its worker threads. One worker is freeing the last work of the group, which holds a tensor whose
+Python object only that work kept, so it waits for the GIL: each thread waits for the other. transfer
+wraps ``destroy_process_group`` (both homes) to keep the Python objects of the groups it destroys, so the
+Reducer never drops the last reference. The next ``init_process_group`` (its rendezvous) lets them go (a
+kept store holds its address: a second job on it would hang). At exit, on torch >= 2.13 (whose binding
+destroys a group with the GIL released) they are dropped after the drain; before 2.13 they are kept past
+the interpreter's teardown, and the process ends without joining the backends' threads. Not covered: a
+script that drops the last reference to a group it never destroyed.
+
 Not covered: torch 2.0-2.x without ``_engine_run_backward`` (their backward
 copies no Context): the drain only releases the GIL once (a thread already
 waiting for it gets it; a collective still running at exit is not waited
@@ -103,8 +115,13 @@ class _Armed:
 
 
 def apply(ctx) -> None:
-    if not ctx.registry.enabled("shutdown.drain"):
-        return
+    if ctx.registry.enabled("shutdown.groups"):
+        _keep_groups(ctx)  # its exit hook registered first: it runs after the drain's
+    if ctx.registry.enabled("shutdown.drain"):
+        _drain_at_exit(ctx)
+
+
+def _drain_at_exit(ctx) -> None:
     import torch
     import torch.autograd
 
@@ -130,6 +147,63 @@ def apply(ctx) -> None:
 
     atexit.register(at_exit)
     ctx.registry.on_revert("shutdown.drain", lambda: atexit.unregister(at_exit))
+
+
+def _keep_groups(ctx) -> None:
+    """Keep the Python objects of the groups ``destroy_process_group`` destroys (both homes), so that freeing
+    DistributedDataParallel (its Reducer) never drops a group's last reference (see "Destroyed groups" in the
+    module docstring). The next rendezvous (``init_process_group``'s) lets them go; at exit, on torch >= 2.13,
+    after the drain; before 2.13 they outlive the interpreter's teardown."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    import torch.distributed.distributed_c10d as c10d
+
+    kept = []
+
+    def destroy_process_group(wrapped, instance, args, kwargs):
+        group = args[0] if args else kwargs.get("group")
+        kept.extend(_destroyed(c10d, group))
+        return wrapped(*args, **kwargs)
+
+    reg = ctx.registry
+    for owner in (c10d, dist):  # both homes: libraries call either
+        if hasattr(owner, "destroy_process_group"):
+            suffix = "" if owner is dist else ".c10d"
+            reg.wrap("shutdown.groups" + suffix, owner, "destroy_process_group", destroy_process_group)
+    if callable(getattr(c10d, "rendezvous", None)):  # init_process_group's rendezvous (all torch 2.x)
+
+        def rendezvous(wrapped, instance, args, kwargs):
+            del kept[:]  # the kept store may hold the address the new job rendezvouses on
+            return wrapped(*args, **kwargs)
+
+        reg.wrap("shutdown.groups.rendezvous", c10d, "rendezvous", rendezvous)
+
+    release = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+    def at_exit() -> None:
+        if release >= (2, 13):  # ~ProcessGroup runs with the GIL released: dropping them is safe
+            del kept[:]
+        elif kept:  # never freed: the process ends without joining the backends' threads
+            import ctypes
+
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
+
+    atexit.register(at_exit)
+    ctx.registry.on_revert("shutdown.groups.exit", lambda: atexit.unregister(at_exit))
+
+
+def _destroyed(c10d, group) -> list:
+    """The groups ``destroy_process_group(group)`` destroys: `group`, or every group (None, WORLD)."""
+    try:
+        if group is not None and group is not getattr(c10d.GroupMember, "WORLD", None):
+            return [group]
+        world = getattr(c10d, "_world", None)
+        return list(world.pg_map if world is not None else c10d._pg_map)
+    except (AttributeError, RuntimeError, TypeError):
+        return [group] if group is not None else []
 
 
 def _armed_when(ctx, torch):

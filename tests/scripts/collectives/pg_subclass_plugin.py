@@ -31,7 +31,10 @@ def creator(store, rank, size, timeout=datetime.timedelta(minutes=5)):
     return SubclassGroup(store, rank, size, timeout)
 
 
-dist.Backend.register_backend("pgsub", creator, devices=["cpu"])
+try:
+    dist.Backend.register_backend("pgsub", creator, devices=["cpu"])
+except TypeError:  # torch 2.0: register_backend has no devices= (every backend then serves every device)
+    dist.Backend.register_backend("pgsub", creator)
 dist.init_process_group("pgsub")
 rank = dist.get_rank()
 t = torch.ones(2) * (rank + 1)
