@@ -90,6 +90,13 @@ class PatchContext:
             logger.warning("%s", message)
 
 
+def torch_release() -> tuple:
+    """The running torch's (major, minor): what a patch decides by (2.12.0a0 counts as 2.12)."""
+    import torch
+
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
 def apply_all(ctx: PatchContext) -> None:
     for area in AREAS:
         if area not in DEFERRED:

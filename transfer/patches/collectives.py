@@ -42,6 +42,7 @@ import torch
 
 from ..frames import caller_site
 from ..profiles import NCCL_REDUCES
+from . import torch_release
 
 logger = logging.getLogger("transfer")
 
@@ -117,11 +118,12 @@ class _Rules:
         # torch 2.1's gloo also has no _reduce_scatter_base (reduce_scatter computed from an all_gather, as NCCL
         # does) and no _allgather_base (that all_gather takes the list form)
         # torch 2.0's gloo reduces no bool tensors ("Invalid scalar type"): NCCL's logical or/and, computed here
-        self.old_gloo = self.backend == "gloo" and _torch_release() < (2, 12)
+        release = torch_release()
+        self.old_gloo = self.backend == "gloo" and release < (2, 12)
         self.float_avg = not self.old_gloo
         if self.old_gloo:
             self.ok["reduce_scatter"] = frozenset()
-            if _torch_release() < (2, 1):
+            if release < (2, 1):
                 self.ok["reduce"] = self.ok["reduce"] - {torch.bool}
 
     # ------------------------------------------------------------------ the wrappers
@@ -320,10 +322,6 @@ def _gather_all(dist, tensor, world, group, list_form=False):
     return torch.view_as_complex(rows.view(world, -1, 2)) if tensor.is_complex() else rows
 
 
-def _torch_release():
-    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-
-
 def _reduce(rows, op, world, factor=None):
     """NCCL's reduction of the ranks' `rows` (world, n), in their dtype, in rank order."""
     from torch.distributed import ReduceOp
@@ -396,7 +394,7 @@ def _nccl_error(before_nccl2, nccl2, message: str, note: str):
     C10_THROW_ERROR / TORCH_CHECK."""
     import os
 
-    new = _torch_release() >= (2, 15) \
+    new = torch_release() >= (2, 15) \
         and os.environ.get("TORCH_DIST_USE_NCCL2") != "0"
     return (nccl2 if new else before_nccl2)(f"{message} (transfer: {note})")
 

@@ -154,7 +154,6 @@ def _keep_groups(ctx) -> None:
     DistributedDataParallel (its Reducer) never drops a group's last reference (see "Destroyed groups" in the
     module docstring). The next rendezvous (``init_process_group``'s) lets them go; at exit, on torch >= 2.13,
     after the drain; before 2.13 they outlive the interpreter's teardown."""
-    import torch
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -181,7 +180,9 @@ def _keep_groups(ctx) -> None:
 
         reg.wrap("shutdown.groups.rendezvous", c10d, "rendezvous", rendezvous)
 
-    release = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    from . import torch_release
+
+    release = torch_release()
 
     def at_exit() -> None:
         if release >= (2, 13):  # ~ProcessGroup runs with the GIL released: dropping them is safe
