@@ -62,7 +62,7 @@ joins its worker threads. One worker is freeing the last work of the group, whic
 Python object only that work kept, so it waits for the GIL: each thread waits for the other. transfer
 wraps ``destroy_process_group`` (both homes) to keep the Python objects of the groups it destroys, so the
 Reducer never drops the last reference. The next ``init_process_group`` (its rendezvous) lets them go (a
-kept store holds its address: a second job on it would hang). At exit, on torch >= 2.13 (whose binding
+on torch 2.0 a kept store holds its address: a second job on it would hang). At exit, on torch >= 2.13 (whose binding
 destroys a group with the GIL released) they are dropped after the drain; before 2.13 they are kept past
 the interpreter's teardown, and the process ends without joining the backends' threads. Not covered: a
 script that drops the last reference to a group it never destroyed.
