@@ -61,8 +61,8 @@ The main thread, holding the GIL, frees DDP's Reducer with the script's frame af
 joins its worker threads. One worker is freeing the last work of the group, which holds a tensor whose
 Python object only that work kept, so it waits for the GIL: each thread waits for the other. transfer
 wraps ``destroy_process_group`` (both homes) to keep the Python objects of the groups it destroys, so the
-Reducer never drops the last reference. The next ``init_process_group`` (its rendezvous) lets them go (a
-on torch 2.0 a kept store holds its address: a second job on it would hang). At exit, on torch >= 2.13 (whose binding
+Reducer never drops the last reference. The next ``init_process_group`` (its rendezvous) lets them go (on
+torch 2.0 a kept store holds its address: a second job on it would hang). At exit, on torch >= 2.13 (whose binding
 destroys a group with the GIL released) they are dropped after the drain; before 2.13 they are kept past
 the interpreter's teardown, and the process ends without joining the backends' threads. Not covered: a
 script that drops the last reference to a group it never destroyed.
