@@ -114,20 +114,32 @@ def test_drain_gives_up_after_its_timeout_and_says_so(caplog):
 PENDING = os.path.join(SCRIPTS, "exit_pending_task.py")
 
 
+def start(args, env):
+    """This Python running `args` (a script and its arguments) in its own session, its output captured."""
+    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def finish(proc, timeout, others=()):
+    """`proc`'s (returncode, stdout, stderr); after `timeout` seconds it (and `others`) are killed, which its
+    stderr says."""
+    try:
+        out, err = proc.communicate(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        for p in (proc, *others):
+            kill_group(p)
+        out, err = proc.communicate()
+        err += f"\n[no exit after {timeout:.0f}s: killed]"
+    return proc.returncode, out, err
+
+
 def exit_delay(mode, **extra):
     """Run exit_pending_task.py MODE; return (seconds from the script's last line to the process's
     exit, the result). The script prints the wall-clock time as its last act."""
-    env = clean_env(TRANSFER_QUIET=1, **extra)
-    proc = subprocess.Popen([sys.executable, PENDING, mode, str(free_port())], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, err = proc.communicate()
+    rc, out, err = finish(start([PENDING, mode, str(free_port())], clean_env(TRANSFER_QUIET=1, **extra)), TIMEOUT)
     ended = time.time()
     lines = [line for line in out.splitlines() if line.startswith("end of script ")]
-    assert proc.returncode == 0 and lines, f"rc {proc.returncode}\n{out}\n{err}"
+    assert rc == 0 and lines, f"rc {rc}\n{out}\n{err}"
     return ended - float(lines[-1].split()[-1]), err
 
 
@@ -162,21 +174,9 @@ def two_ranks(mode, script=RACE, timeout=TIMEOUT, **extra):
     for rank in (0, 1):
         env = clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=2, RANK=rank, LOCAL_RANK=rank,
                         LOCAL_WORLD_SIZE=2, TRANSFER_QUIET=1, **extra)
-        procs.append(subprocess.Popen([sys.executable, script] + ([mode] if mode else []), env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True))
-    results = []
+        procs.append(start([script] + ([mode] if mode else []), env))
     deadline = time.monotonic() + timeout
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                kill_group(p)
-            out, err = proc.communicate()
-            err += f"\n[no exit after {timeout}s: killed]"
-        results.append((proc.returncode, out, err))
-    return results
+    return [finish(proc, deadline - time.monotonic(), procs) for proc in procs]
 
 
 def describe(results):
@@ -224,16 +224,8 @@ def test_ranks_ending_at_different_times_exit_after_destroying_their_group():
 
 
 def sweep(timeout, **extra):
-    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, **extra)
-    proc = subprocess.Popen([sys.executable, SWEEP, str(free_port())], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, err = proc.communicate()
-        err += f"\n[no exit after {timeout}s: killed]"
-    return proc.returncode, out, err
+    return finish(start([SWEEP, str(free_port())], clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, **extra)),
+                  timeout)
 
 
 @pytest.mark.compat
