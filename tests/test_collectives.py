@@ -20,6 +20,8 @@
 3. ``tests/scripts/collectives/pg_subclass_plugin.py``: a plug-in whose creator returns a ProcessGroup
    subclass; on torch >= 2.15 torch alone fails in init_process_group (its flight recorder), transfer runs
    the job and says so.
+4. ``tests/scripts/collectives/bool_masks.py``: bool masks broadcast, all-gathered, sent and scattered on the
+   cpu target, as NCCL moves them (torch 2.0's gloo moves no bool tensors).
 """
 
 from __future__ import annotations
@@ -334,3 +336,21 @@ def test_a_plugin_returning_a_process_group_subclass_runs_under_transfer(tmp_pat
     assert said == 1, proc.stderr  # rank 0, once
     native = python(*torchrun(2), script, env=clean_env(PYTHONUNBUFFERED=1, **no_gpu()), timeout=300, check=False)
     assert native.returncode != 0 and "Could not find the default backend type 0" in native.stderr, native.stderr
+
+
+# ------------------------------------------------------------------------------------ bool tensors on old gloo
+@pytest.mark.compat
+def test_bool_masks_move_between_ranks_as_nccl_moves_them(tmp_path):
+    """torch 2.0's gloo refuses bool tensors ("Invalid scalar type"); NCCL moves their bytes. Every torch: the
+    values each rank ends with are NCCL's, in bool tensors on the target's device."""
+    script = os.path.join(SCRIPTS, "collectives", "bool_masks.py")
+    env = clean_env(TRANSFER_DEVICE="cpu", TRANSFER_QUIET=1, PYTHONUNBUFFERED=1, **no_gpu())
+    proc = python(*torchrun(2), script, str(tmp_path), env=env, timeout=300)
+    said = {r: json.load(open(tmp_path / f"rank{r}.json")) for r in (0, 1) if (tmp_path / f"rank{r}.json").exists()}
+    assert sorted(said) == [0, 1], proc.stdout + proc.stderr
+    for r, out in said.items():
+        assert out["keep"] == [True, False, True, True], (r, out)  # rank 0's mask
+        assert out["flags"] == [False, True], (r, out)  # rank r's done flag at index r
+        assert out["dtypes"] == ["torch.bool"] and out["device"] == "cpu", (r, out)
+    assert said[0]["bad"] == [False, True, True] and said[1]["bad"] == [False, True, True], said  # rank 1's, sent
+    assert said[0]["part"] == [True, True] and said[1]["part"] == [True, False], said  # scattered from rank 0

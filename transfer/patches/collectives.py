@@ -25,6 +25,10 @@ target's device key on their reduction operators, handing everything the backend
 Inside ``_coalescing_manager`` a collective the backend refuses cannot be computed (the all_gather would be
 queued with it): a clear error names the reason and the fix.
 
+On torch 2.0's gloo (the cpu target), which reduces and moves no bool tensors, bool reductions are computed as
+above and the collectives that move tensors (broadcast, all_gather, send, recv, scatter, ...) move a bool
+tensor's bytes, as NCCL does (``collectives.bool``).
+
 What NCCL refuses stays refused, with NCCL's words and type, not the vendor's: ReduceOp.BAND/BOR/BXOR
 ("Cannot use ReduceOp.BAND with NCCL"), AVG of bool tensors, PREMUL_SUM of integer tensors, `recv` without a
 source ("ProcessGroupNCCL does not support recvAnysource"), each error naming what transfer did and the fix.
@@ -35,6 +39,7 @@ check on top of torch's call, about 0.5 us (benchmarks/calls.py: dist.all_reduce
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 
@@ -59,6 +64,8 @@ _REDUCTIONS = {
     "reduce_scatter_tensor": ("input", "reduce_scatter"),
     "reduce_scatter": ("input_list", "reduce_scatter"),
 }
+#: The collectives that move tensors without reducing them (recv/irecv apart: `_Rules.receive` wraps them too).
+_MOVES = ("broadcast", "all_gather", "gather", "scatter", "send", "isend", "all_to_all", "all_to_all_single")
 #: The functional collectives' reduction operators (torch >= 2.3: _c10d_functional): name -> (the kind, whether
 #: the first argument is a list, whether it is reduced in place).
 _FUNCTIONAL = {
@@ -81,13 +88,18 @@ def apply(ctx) -> None:
 
     rules = _Rules(ctx, limits)
     reg = ctx.registry
+    as_bytes = _bool_as_bytes if rules.bool_as_bytes and reg.enabled("collectives.bool") else (lambda f: f)
     for owner in (c10d, dist):  # both homes: libraries call either
         suffix = "" if owner is dist else ".c10d"
         for name in _REDUCTIONS:
             if hasattr(owner, name):  # a plain function: the hot path (a wrapt wrapper cost ~2 us a call here)
                 reg.replace(f"collectives.{name}{suffix}", owner, name, rules.reduction(name, getattr(owner, name)))
         for name in ("recv", "irecv"):
-            reg.replace(f"collectives.{name}{suffix}", owner, name, rules.receive(getattr(owner, name)))
+            reg.replace(f"collectives.{name}{suffix}", owner, name, rules.receive(as_bytes(getattr(owner, name))))
+        if as_bytes is _bool_as_bytes:
+            for name in _MOVES:
+                if hasattr(owner, name):
+                    reg.replace(f"collectives.bool.{name}{suffix}", owner, name, as_bytes(getattr(owner, name)))
     if reg.enabled("collectives.ddp"):
         _ddp(ctx, rules)
     if reg.enabled("collectives.functional"):
@@ -118,12 +130,14 @@ class _Rules:
         # torch 2.1's gloo also has no _reduce_scatter_base (reduce_scatter computed from an all_gather, as NCCL
         # does) and no _allgather_base (that all_gather takes the list form)
         # torch 2.0's gloo reduces no bool tensors ("Invalid scalar type"): NCCL's logical or/and, computed here
+        # nor moves them: broadcast, all_gather, send, ... move their bytes (_bool_as_bytes), as NCCL moves them
         release = torch_release()
         self.old_gloo = self.backend == "gloo" and release < (2, 12)
         self.float_avg = not self.old_gloo
+        self.bool_as_bytes = self.old_gloo and release < (2, 1)
         if self.old_gloo:
             self.ok["reduce_scatter"] = frozenset()
-            if release < (2, 1):
+            if self.bool_as_bytes:
                 self.ok["reduce"] = self.ok["reduce"] - {torch.bool}
 
     # ------------------------------------------------------------------ the wrappers
@@ -298,6 +312,25 @@ class _Rules:
             result = _reduce(_gather_all(dist, source, world, group, self.old_gloo), op, world, factor)
             output.copy_(result.view(world, -1)[dist.get_rank(group)].view(output.shape))
         return tensors
+
+
+def _bool_as_bytes(function):
+    """`function` (a collective that moves tensors without reducing them) moving each bool tensor argument, and
+    each bool tensor in a list argument, as its bytes (a uint8 view of the same memory): what NCCL moves."""
+
+    def as_bytes(value):
+        if isinstance(value, torch.Tensor):
+            return value.view(torch.uint8) if value.dtype == torch.bool else value
+        if isinstance(value, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
+                                                    for t in value):
+            return [as_bytes(t) for t in value]
+        return value
+
+    @functools.wraps(function)
+    def moves(*args, **kwargs):
+        return function(*[as_bytes(a) for a in args], **{k: as_bytes(v) for k, v in kwargs.items()})
+
+    return moves
 
 
 def _gather_all(dist, tensor, world, group, list_form=False):
