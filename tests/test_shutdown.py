@@ -241,7 +241,7 @@ def test_a_sweep_runs_jobs_one_after_the_other_on_one_address():
 @pytest.mark.compat
 @pytest.mark.slow
 @pytest.mark.skipif(torch.__version__ >= "2.1", reason=f"torch {torch.__version__} frees the address at "
-                    "destroy_process_group: a kept group does not hold it (measured on 2.1.2 and 2.13.0)")
+                    "destroy_process_group: a kept group does not hold it (measured on 2.1.2, 2.13.0 and 2.15.0)")
 def test_a_sweep_hangs_if_the_kept_groups_are_not_let_go():
     """The control of the test above: without the release at the rendezvous, the kept group's store holds the
     address and the second job never starts (torch 2.0)."""
