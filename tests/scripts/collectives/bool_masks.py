@@ -17,7 +17,10 @@ dist.init_process_group("nccl")
 rank, world = dist.get_rank(), dist.get_world_size()
 device = torch.device("cuda", local_rank)
 
-keep = torch.tensor([True, False, True, True], device=device) if rank == 0 else torch.zeros(4, dtype=torch.bool, device=device)
+if rank == 0:
+    keep = torch.tensor([True, False, True, True], device=device)
+else:
+    keep = torch.zeros(4, dtype=torch.bool, device=device)
 dist.broadcast(keep, src=0)
 
 done = torch.tensor([rank == 1], device=device)
