@@ -367,9 +367,11 @@ def check_failed(nodes, victim, fault):
             assert [(g["rank"], g["timeout_s"]) for g in groups] == [(rank, TIMEOUT_S)], (rank, groups)
     if fault == signal.SIGKILL:
         assert "Signal 9 (SIGKILL)" in said.get(victim, ""), nodes.log()
-        # the other node's ranks see the peer gone; rank 2 does too, or its launcher stops it (SIGTERM)
-        assert {0, 1} <= errors, (sorted(errors), nodes.log())
-        assert 2 in errors or "(SIGTERM)" in said.get(2, ""), nodes.log()
+        # the other node's ranks see the peer gone: at least one raises; each other rank raises too, or its
+        # launcher, once a rank of its node failed, stops it first (SIGTERM: rank 0 was, once in CI, under load)
+        assert errors & {0, 1}, (sorted(errors), nodes.log())
+        for rank in (0, 1, 2):
+            assert rank in errors or "(SIGTERM)" in said.get(rank, ""), (rank, sorted(errors), nodes.log())
     else:  # no launcher sees a failure: every other rank must raise by itself
         assert errors == {0, 1, 2}, (sorted(errors), nodes.log())
     return said
