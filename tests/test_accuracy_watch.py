@@ -16,9 +16,10 @@ import os
 import pytest
 import torch
 
-import transfer
 from transfer import compare
 from transfer.compare import digest, watch
+
+from test_accuracy_levels import cpu  # noqa: F401 (the fixture: the cpu target, the accuracy mode stopped after)
 
 needs_ext = pytest.mark.skipif(watch.c_type() is None, reason="transfer.compare._watch is not built here "
                                "(`python setup.py build_ext --inplace`)")
@@ -50,19 +51,6 @@ class Net(torch.nn.Module):
         if poison == "backward":
             y = torch.sqrt(y.clamp(min=0.0))  # POISON backward
         return y.sum()
-
-
-@pytest.fixture
-def cpu(monkeypatch, tmp_path):
-    transfer.uninstall()
-    for name in ("TRANSFER_DISABLE", "TRANSFER_STRICT", "TRANSFER_COMPARE", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TRANSFER_QUIET", "1")
-    monkeypatch.chdir(tmp_path)
-    transfer.install("cpu")
-    yield tmp_path
-    compare.stop()
-    transfer.uninstall()
 
 
 def train(value, python, folder, poison=None, steps=2, dtype=torch.float32):
