@@ -16,6 +16,9 @@ are those of its run, so the table cannot claim what was not run.
                                           ... and names each run in DIR that counted differently from the
                                           recorded run of the same session and torch (a notice, not a
                                           failure: each row is true for its date; regenerate the table)
+    python docs/results.py --failures DIR each failed test of the junit files in DIR, with the end of its
+                                          traceback and captured output (what .ci/run prints last, so the
+                                          end of CI's log names what failed)
 
 Standard library only; runs on any Python 3.8+.
 """
@@ -254,6 +257,26 @@ def drift(compare: str) -> List[str]:
     return notices
 
 
+def failures(folder: str, lines: int = 40, limit: int = 9000) -> str:
+    """Each failed or erroring test case of the junit files in `folder`: its file and id, then the last
+    `lines` lines of its failure text and of its captured stderr; at most `limit` characters in all
+    (the first failures win: a CI log is read from its end, and often only its end is kept)."""
+    out: List[str] = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.xml"))):
+        root = ET.parse(path).getroot()
+        for case in root.iter("testcase"):
+            for bad in [e for e in case if e.tag in ("failure", "error")]:
+                name = f"{case.get('classname', '')}::{case.get('name', '')}"
+                text = (bad.get("message") or "") + "\n" + (bad.text or "")
+                err = case.find("system-err")
+                if err is not None and err.text:
+                    text += "\n----- captured stderr (end) -----\n" + err.text
+                tail = "\n".join(strip_machine_paths(text).strip().splitlines()[-lines:])
+                out.append(f"===== {os.path.basename(path)}: {bad.tag.upper()} {name}\n{tail}")
+    text = "\n".join(out)
+    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folder", nargs="?", help="print the table of the junit files in this folder")
@@ -262,7 +285,11 @@ def main(argv=None) -> int:
     parser.add_argument("--write", action="store_true", help="write docs/results.md's tables from docs/results/")
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/results.md's tables are stale")
     parser.add_argument("--compare", metavar="DIR", help="with --check: fresh junit files to compare with docs/results")
+    parser.add_argument("--failures", metavar="DIR", help="print each failed test of the junit files in DIR")
     args = parser.parse_args(argv)
+    if args.failures:
+        print(failures(args.failures) or f"no failed test in {args.failures}/*.xml")
+        return 0
     for path in args.record:
         print(f"{path} -> {os.path.relpath(record(path), ROOT)}")
     if args.write:
