@@ -82,6 +82,22 @@ def test_disable_skips_named_patches_and_areas(install_cpu):
     assert torch.ones(1).cuda().device.type == "cpu"
 
 
+def test_disabling_a_collective_leaves_both_of_its_homes_alone(install_cpu):
+    """`dist.all_reduce` is `distributed_c10d.all_reduce` in torch, and libraries call either: a user who
+    disables `collectives.all_reduce` gets torch's function in both places, as before install."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    transfer.uninstall()
+    original, reduce = dist.all_reduce, dist.reduce
+    assert c10d.all_reduce is original
+    info = install_cpu(TRANSFER_DISABLE="collectives.all_reduce")
+    assert dist.all_reduce is original and c10d.all_reduce is original
+    assert not any(p.startswith("collectives.all_reduce.") or p == "collectives.all_reduce" for p in info["patches"])
+    assert {"collectives.reduce", "collectives.reduce.c10d"} <= set(info["patches"])  # the others stay
+    assert dist.reduce is not reduce and c10d.reduce is not reduce
+
+
 def test_strict_mode_turns_warnings_into_errors(install_cpu):
     install_cpu(TRANSFER_STRICT=1)
     with pytest.raises(UnsupportedCudaAPI, match="max_memory_allocated"):

@@ -45,6 +45,9 @@ def test_disabled_names_and_areas_are_skipped():
     assert reg.replace("area.b", module, "b", 1) is not None
     assert reg.replace("other.x", module, "a", 1) is None
     assert (module.a, module.b) == (0, 1)
+    # a disabled name disables the names under it (a function's other home: "<name>.c10d"), not its siblings
+    assert reg.replace("area.a.c10d", module, "b", 2) is None and module.b == 1
+    assert Registry(disabled=["area.a"]).enabled("area.ab")
 
 
 def test_double_patch_is_an_error_and_undo_callbacks_run():
@@ -231,3 +234,6 @@ def test_check_disabled_names_unknown_names_with_a_suggestion():
     valid = Registry(disabled=["area.a", "other"])
     assert valid.replace("area.a", module, "a", 1) is None
     valid.check_disabled(["area", "other"])  # all valid: no error
+    nested = Registry(disabled=["area.x", "area.x.y.z"])  # a name above patches that asked, and one under it
+    nested.enabled("area.x.y")
+    nested.check_disabled(["area"])

@@ -80,12 +80,19 @@ class Record:
         return f"{owner}.{self.attribute}"
 
 
+def _prefixes(name: str) -> List[str]:
+    """"a.b.c" -> ["a", "a.b", "a.b.c"]: the names whose disabling disables `name`."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
 class Registry:
     """Applies, records and reverts patches; honours a set of disabled names.
 
-    A name is disabled when it, or its area (the part before the first dot),
-    is in `disabled`: ``TRANSFER_DISABLE=tensor`` skips every Tensor patch,
-    ``TRANSFER_DISABLE=tensor.is_cuda`` only that one.
+    A name is disabled when it, or a part of it up to a dot, is in `disabled`:
+    ``TRANSFER_DISABLE=tensor`` skips every Tensor patch, ``TRANSFER_DISABLE=tensor.is_cuda``
+    only that one, and ``collectives.all_reduce`` also ``collectives.all_reduce.c10d``
+    (the same function's other home, `torch.distributed.distributed_c10d`).
     """
 
     def __init__(self, disabled: Iterable[str] = ()):
@@ -100,7 +107,7 @@ class Registry:
 
     def enabled(self, name: str) -> bool:
         self._asked.add(name)
-        return name not in self.disabled and name.split(".", 1)[0] not in self.disabled
+        return not any(prefix in self.disabled for prefix in _prefixes(name))
 
     def replace(self, name: str, owner: Any, attribute: str, replacement: Any) -> Optional[Record]:
         """Set ``owner.attribute = replacement`` and record the original.
@@ -306,9 +313,9 @@ class Registry:
         only (``sync_batchnorm.forward`` on cpu, ``distributed.set_device_before_init``
         on sdaa) or some torch versions, and naming one elsewhere is an error
         too (`where` says for which target and torch), as it disables nothing."""
-        known = set(areas) | self._asked
-        unknown = [n for n in sorted(self.disabled)
-                   if n not in known and not (n.split(".", 1)[0] in self.disabled and n.split(".", 1)[0] in areas)]
+        known = set(areas) | {prefix for name in self._asked for prefix in _prefixes(name)}
+        unknown = [n for n in sorted(self.disabled)  # under a disabled name, its patches never asked
+                   if n not in known and not any(p in self.disabled and p in known for p in _prefixes(n)[:-1])]
         if not unknown:
             return
         lowered = {k.lower(): k for k in known}
