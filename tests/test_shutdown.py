@@ -96,6 +96,27 @@ def test_drain_waits_for_a_copy_released_by_another_thread():
         shutdown._SENTINEL.set(None)
 
 
+def test_drain_releases_the_gil_for_its_settle_time_when_nothing_shows_a_waiting_thread():
+    """torch < 2.4 with a process group at exit: no Context shows a thread that will want the GIL, so the
+    drain releases it for its settle time; a thread that wakes up wanting it within that time gets it."""
+    woke = []
+
+    def late():  # a backend thread that is scheduled late, then needs the GIL
+        time.sleep(0.05)
+        woke.append(time.monotonic())
+
+    thread = threading.Thread(target=late)
+    thread.start()
+    try:
+        start = time.monotonic()
+        assert shutdown.drain(None, settle=1.0)
+        assert woke and start < woke[0] <= time.monotonic()  # it ran inside the drain
+        assert time.monotonic() - start >= 1.0
+        assert shutdown.OLD_TORCH_SETTLE_S >= 0.05
+    finally:
+        thread.join()
+
+
 def test_drain_gives_up_after_its_timeout_and_says_so(caplog):
     ref, token = _armed()
     held = contextvars.copy_context()  # never released: e.g. a collective whose peer died

@@ -67,11 +67,14 @@ destroys a group with the GIL released) they are dropped after the drain; before
 the interpreter's teardown, and the process ends without joining the backends' threads. Not covered: a
 script that drops the last reference to a group it never destroyed.
 
-Not covered: torch 2.0-2.x without ``_engine_run_backward`` (their backward
-copies no Context): the drain only releases the GIL once (a thread already
-waiting for it gets it; a collective still running at exit is not waited
-for); Python objects other than the Context (torch function modes,
-saved-tensor hooks) captured by collectives.
+Torch 2.0-2.3 have no ``_engine_run_backward`` (their backward copies no
+Context), and nothing shows a thread that will want the GIL: while a process
+group lives at exit, the drain releases the GIL for ``OLD_TORCH_SETTLE_S``
+(50 ms) in 1 ms steps, so a gloo worker dropping the last reference to a
+tensor a finished collective held takes it then. Not covered: such a worker
+not scheduled within that time, a collective still running at exit; Python
+objects other than the Context (torch function modes, saved-tensor hooks)
+captured by collectives.
 """
 
 from __future__ import annotations
@@ -89,6 +92,14 @@ logger = logging.getLogger("transfer")
 # worker abort at exit in a CI-like run on a loaded machine (its peer's last collective was that late); 5 s is
 # the cap, and giving up is said at WARNING level.
 DRAIN_TIMEOUT_S = 5.0
+
+#: Before torch 2.4 (no ``_engine_run_backward``), how long the exit releases the GIL while a process group lives:
+# a gloo worker that completed a collective and drops the last reference to a tensor whose Python object
+# outlived its script (a temporary SyncBatchNorm or DDP gathered) needs the GIL; on a loaded machine it may not
+# have been scheduled yet when the script ends, and taking the GIL in a finalizing interpreter aborts
+# ("terminate called without an active exception": seed 000's 4-rank SyncBatchNorm demo on torch 2.0.1, once
+# in a CI-like run). Nothing shows such a thread, so the exit waits this long, a few scheduler periods.
+OLD_TORCH_SETTLE_S = 0.05
 
 _SENTINEL = contextvars.ContextVar("transfer_exit_sentinel", default=None)
 
@@ -143,7 +154,7 @@ def _drain_at_exit(ctx) -> None:
         ctx.registry.replace("shutdown.backward", torch.autograd, "_engine_run_backward", _engine_run_backward)
 
     def at_exit() -> None:
-        drain(state.ref)
+        drain(state.ref, settle=OLD_TORCH_SETTLE_S if original is None and _has_groups(torch) else 0.001)
 
     atexit.register(at_exit)
     ctx.registry.on_revert("shutdown.drain", lambda: atexit.unregister(at_exit))
@@ -217,15 +228,26 @@ def _armed_when(ctx, torch):
     return dist.is_initialized  # collectives launched from backward hooks run on backend threads
 
 
-def drain(ref, timeout: float = DRAIN_TIMEOUT_S) -> bool:
+def _has_groups(torch) -> bool:
+    """Whether a process group lives at exit (its backend's threads may still drop what collectives held)."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized()
+
+
+def drain(ref, timeout: float = DRAIN_TIMEOUT_S, settle: float = 0.001) -> bool:
     """Release the GIL until every Context copy holding the sentinel is gone.
 
     `ref` is a weak reference to the sentinel, or None when no backward was
     armed. Returns True when the sentinel was freed within `timeout` seconds.
+    First the GIL is released for `settle` seconds, in 1 ms steps, whatever `ref` says.
     """
     _SENTINEL.set(None)  # from now on only copies made by backward passes hold it
-    # torch 2.0 copies no Context in backward: nothing shows a thread waiting for the GIL, so yield it once.
+    # Before torch 2.4 backward copies no Context: nothing shows a thread waiting for the GIL, so it is yielded
+    # for `settle` seconds (OLD_TORCH_SETTLE_S while a process group lives), in steps a waiting thread can take.
+    end = time.monotonic() + settle
     time.sleep(0.001)
+    while time.monotonic() < end:
+        time.sleep(0.001)
     if ref is None or ref() is None:
         return True
     start = time.monotonic()
