@@ -45,6 +45,16 @@ def test_environment_variable_alone(tmp_path):
     assert proc.stderr.count("transfer: CUDA calls run on cpu") == 1  # one banner
 
 
+@pytest.mark.parametrize("first", ["transfer.plan", "transfer.patches.collectives", "transfer.cpu.target"])
+def test_environment_variable_with_a_transfer_module_imported_first(first):
+    """A program whose first import is one of transfer's modules that import torch (a tool calling the
+    rehearsal, a plug-in reading the patches) reaches torch's entry points mid-import: transfer installs once
+    that import ends, instead of failing with a circular import through torch's backend loading."""
+    proc = python("-c", f"import {first}\n" + PROBE, env=clean_env(TRANSFER_DEVICE="cpu", **NO_GPU))
+    assert proc.returncode == 0 and "cuda True cpu" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("transfer: CUDA calls run on cpu") == 1
+
+
 def test_environment_variable_unset_changes_nothing():
     code = "import torch; print(torch.cuda.is_available(), 'is_cuda' in torch.Tensor.__dict__)"
     proc = python("-c", code, env=clean_env(**NO_GPU))  # torch's own answer without a GPU: False

@@ -63,7 +63,7 @@ def install_when_ready() -> None:
     Installing then would report "no npu device"; it waits for the end of the
     plug-in's import instead.
     """
-    pending = _vendor_mid_import()
+    pending = _vendor_mid_import() or _patches_mid_import()
     if pending is None or not _after_import(pending, install_or_exit):
         install_or_exit()
 
@@ -92,6 +92,18 @@ def _vendor_mid_import():
         module = sys.modules.get(profile.package) if profile.package else None
         if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False):
             return profile.package
+    return None
+
+
+def _patches_mid_import():
+    """The outermost of transfer's own modules whose import, in progress, imported torch (or None): a program
+    whose first import is ``transfer.plan`` or ``transfer.patches`` reaches torch's entry points from inside
+    it, and install() needs ``transfer.patches`` whole. sys.modules is in import order: the first one found is
+    the outermost."""
+    for name, module in list(sys.modules.items()):
+        if (name.startswith(("transfer.patches", "transfer.plan", "transfer.cpu"))
+                and getattr(getattr(module, "__spec__", None), "_initializing", False)):
+            return name
     return None
 
 
