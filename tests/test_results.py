@@ -50,3 +50,24 @@ def test_a_run_that_counts_differently_from_its_row_is_named(tmp_path, monkeypat
     notices = results.drift(str(fresh))
     assert len(notices) == 1 and "compat on torch 2.6.0: this run gave 4 passed, 2 failed, 2 skipped" in notices[0]
     assert "says 3 / 2 / 2" in notices[0]
+
+
+def test_failures_names_each_failed_test_with_the_end_of_its_traceback(tmp_path):
+    """What .ci/run prints last on a failure: each failed or erroring test, the end of its text, no machine path."""
+    trace = "\n".join(f"line {i}" for i in range(100))
+    trace += "\n/home/ci/work/.nox/tree-tests/tests/test_a.py:7: AssertionError"
+    junit = JUNIT.replace('<failure message="boom">x</failure>',
+                          f'<failure message="boom">{trace}</failure><system-err>rank 1 aborted</system-err>')
+    (tmp_path / "tests-torch-2.13.0.xml").write_text(junit)
+    (tmp_path / "compat-torch-2.6.0.xml").write_text(JUNIT.replace('<failure message="boom">x</failure>', ""))
+    text = results.failures(str(tmp_path), lines=5)
+    assert "===== tests-torch-2.13.0.xml: FAILURE tests.test_a::test_bad" in text
+    assert "===== tests-torch-2.13.0.xml: ERROR tests.test_a::test_err" in text
+    assert "===== compat-torch-2.6.0.xml: ERROR tests.test_a::test_err" in text
+    assert "tests/test_a.py:7: AssertionError" in text and "/home/ci" not in text and "line 50" not in text
+    assert "rank 1 aborted" in text
+    assert "test_ok" not in text and "test_s1" not in text
+    assert results.failures(str(tmp_path), limit=100).endswith("more characters)")
+    (tmp_path / "tests-torch-2.13.0.xml").unlink()
+    (tmp_path / "compat-torch-2.6.0.xml").unlink()
+    assert results.failures(str(tmp_path)) == ""
