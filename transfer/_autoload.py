@@ -84,25 +84,33 @@ def install_or_exit() -> None:
         raise SystemExit(f"transfer: {exc}") from None
 
 
+def _importing(module) -> bool:
+    """Whether `module` (from sys.modules, or None) is still being imported: importlib sets its spec's
+    ``_initializing`` while the module's code runs."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
 def _vendor_mid_import():
     """The name of a vendor package whose import is in progress, or None."""
     from .profiles import PROFILES
 
     for profile in PROFILES.values():
-        module = sys.modules.get(profile.package) if profile.package else None
-        if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False):
+        if profile.package and _importing(sys.modules.get(profile.package)):
             return profile.package
     return None
 
 
+#: transfer's own modules that import torch at their top and that install() needs whole (or imports itself).
+_IMPORTING_TORCH = ("transfer.patches", "transfer.plan", "transfer.cpu")
+
+
 def _patches_mid_import():
     """The outermost of transfer's own modules whose import, in progress, imported torch (or None): a program
-    whose first import is ``transfer.plan`` or ``transfer.patches`` reaches torch's entry points from inside
-    it, and install() needs ``transfer.patches`` whole. sys.modules is in import order: the first one found is
-    the outermost."""
+    whose first import is ``transfer.plan``, ``transfer.patches.*`` or ``transfer.cpu.*`` reaches torch's entry
+    points from inside it, and install() needs ``transfer.patches`` whole. sys.modules is in import order: the
+    first one found is the outermost."""
     for name, module in list(sys.modules.items()):
-        if (name.startswith(("transfer.patches", "transfer.plan", "transfer.cpu"))
-                and getattr(getattr(module, "__spec__", None), "_initializing", False)):
+        if name.startswith(_IMPORTING_TORCH) and _importing(module):
             return name
     return None
 
