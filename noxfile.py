@@ -333,6 +333,9 @@ def run_pytest(session: nox.Session, python: str, tree: str, wheel: str, *args: 
                "PATH": os.path.dirname(python) + os.pathsep + os.environ["PATH"], **beside_folders(session),
                **(env or {})}
     options = [f"--junitxml={junit}", "-o", "junit_family=xunit1"] if junit else []
+    # a failed assertion's message in full (a child's whole output), not cut to 240 characters: CI's log is
+    # the only place a rare failure can be read (`.ci/run` prints each failure's end: docs/results.py --failures)
+    options += ["-o", "verbosity_assertions=2"]
     start = time.monotonic()
     with session.chdir(tree):
         session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, *args, external=True,

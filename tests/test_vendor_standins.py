@@ -522,6 +522,48 @@ def test_vendor_methods_have_cuda_signatures(extension, vendor):
         assert out[name] == ("TypeError" if strict else f"{vendor}:1"), (name, out)
 
 
+_WORKER_RELEASE = r"""
+import datetime, threading, torch, torch_npu
+import torch.distributed as dist
+from _sim_accel import _build
+C = _build.load_extension()
+store, groups = dist.HashStore(), {}
+
+def connect(rank):  # two ranks of one gloo group in one process, each with its own worker thread
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout, opts._threads = datetime.timedelta(seconds=60), 1
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    groups[rank] = dist.ProcessGroupGloo(store, rank, 2, opts)
+
+threads = [threading.Thread(target=connect, args=(r,)) for r in (0, 1)]
+[t.start() for t in threads]; [t.join() for t in threads]
+a, b = torch.ones(3), torch.full((3,), 2.0)
+work = groups[0].allreduce([a])  # its worker waits inside gloo for rank 1
+held = C.wait_released(work, 0.2)
+other = groups[1].allreduce([b])
+other.wait()
+work.wait()
+released = C.wait_released(work, 30.0) and C.wait_released(other, 30.0)  # or a worker frees them at exit
+print("RESULT", {"held_while_running": not held, "released_after": released, "sum": a.tolist()})
+"""
+
+
+@standins
+@needs_standins
+def test_a_finished_collective_is_let_go_by_the_gloo_worker_before_the_stand_in_returns(extension):
+    """The stand-ins' collectives run on gloo, whose worker thread marks a work complete and only then drops
+    it; when that worker frees the work's tensors it takes the GIL, and a worker not yet scheduled when the
+    script ends took it in a finalizing interpreter: "terminate called without an active exception", rank 1
+    of a ported ddp_gpu_arg.py run natively on the npu stand-in, about 1 run in 150 on a loaded 2-core machine
+    (gdb: ProcessGroupGloo::runLoop -> ~AsyncAllreduceWork -> decref_pyobject -> take_gil). So each collective
+    waits for the worker to let go (C.wait_released: True once the caller's Python object is the work's only
+    holder); here it reports the worker's hold while the collective runs, and its release once it finished."""
+    proc = run([sys.executable, "-c", _WORKER_RELEASE], what="gloo worker release")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    got = eval(line[len("RESULT "):])
+    assert got == {"held_while_running": True, "released_after": True, "sum": [3.0, 3.0, 3.0]}, log_of(proc)
+
+
 _GROUP_FREED_AT_EXIT = r"""
 import os, sys, torch, torch_sdaa
 import torch.distributed as dist

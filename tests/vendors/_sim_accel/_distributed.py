@@ -33,7 +33,9 @@ COUNTS: collections.Counter = collections.Counter()
 #: One entry per process group created in this process: what it was created with (the stats file's
 #: "process_groups"): its rank and size, the timeout, and the backend's own variables it read then.
 GROUPS: list = []
-_PARKED: list = []  # the last tensors of a destroyed group (SimCollectives._call)
+#: Longest wait for gloo's worker to let go of a finished collective (SimCollectives._call): it only has to be
+#: scheduled once; past this the stand-in fails loudly rather than risk an abort at exit.
+RELEASE_TIMEOUT_S = 60.0
 _COUNT_LOCK = threading.Lock()
 
 
@@ -156,34 +158,30 @@ class SimCollectives:
 
     # ---------------------------------------------------------- helpers
     def _call(self, name, *args):
-        """Run gloo's collective ``name`` and wait for it.
+        """Run gloo's collective ``name``, wait for it, and wait until gloo's worker let go of it.
 
-        The tensors handed to gloo are held here until the next collective
-        completes. Why: gloo's worker thread drops its reference to a finished
-        work after marking it complete; when that is the last reference to a
-        tensor that has a Python object, the worker needs the GIL. If the main
-        thread is then destroying the group (``~ProcessGroupGloo`` joins the
-        worker with the GIL held: torch 2.1's destroy_process_group) both wait
-        forever. With one worker thread, works finish and are released in
-        order, so once a collective completes the previous one's tensors are
-        no longer the worker's; ``__del__`` parks the last ones until the
-        group is gone.
+        gloo's worker thread marks a work complete (``wait`` returns) and only then drops its references to
+        it; whoever drops the last one frees the tensors the work holds, which takes the GIL (torch >= 2.13:
+        even while Python still holds them). A worker not yet scheduled when the script ends then takes the
+        GIL in a finalizing interpreter and the process aborts ("terminate called without an active
+        exception"; on torch 2.1, ``~ProcessGroupGloo`` joining that worker with the GIL held hangs instead).
+        ``C.wait_released`` waits, with the GIL released, until this call's Python object is the work's only
+        holder, so the work and its tensors are freed here, and a destroyed group's worker holds nothing.
+        The real backends free what a collective held without the script's interpreter.
 
         A collective whose peer died fails at once (the connection closes); one whose peer stopped
         answering fails after the group's timeout (init_process_group's): a RuntimeError naming the
         backend and the rank, with gloo's reason.
         """
+        work = getattr(self._gloo, name)(*args)
         try:
-            getattr(self._gloo, name)(*args).wait()
+            work.wait()
         except RuntimeError as exc:  # a peer died or stopped answering (the group's timeout), ...
+            self._C.wait_released(work, RELEASE_TIMEOUT_S)
             raise RuntimeError(f"{self._spec.backend.upper()} error: [Rank {self._rank}] {name} failed: {exc}") from exc
-        self._gloo_args = args
-
-    def __del__(self, _parked=_PARKED):
-        # The list is bound here, not looked up: a group freed while Python clears the modules at exit (one
-        # kept past destroy_process_group by a module imported before this one) finds this module's globals
-        # already None, and the lookup printed "Exception ignored in ... __del__" (the real plug-ins are quiet).
-        _parked[:] = [self.__dict__.pop("_gloo_args", None)]
+        if not self._C.wait_released(work, RELEASE_TIMEOUT_S):
+            raise RuntimeError(f"sim_accel: gloo's worker still holds the finished {name} after "
+                               f"{RELEASE_TIMEOUT_S:.0f} s (rank {self._rank})")
 
     def getBackendName(self) -> str:
         return self._spec.backend

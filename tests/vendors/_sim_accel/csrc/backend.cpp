@@ -21,9 +21,10 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <memory>
-
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -192,9 +193,32 @@ struct AutogradFallback {
   std::unique_ptr<torch::Library> library;
 };
 
+// Wait, with the GIL released, until the caller's Python object is the only holder of `work` (at most
+// `timeout_s`; False when it was not). gloo's worker thread marks a work complete, so wait() returns, and only
+// then drops its own references to it (ProcessGroupGloo::runLoop). Whoever drops the last one frees the tensors
+// the work holds, and freeing a tensor that has a Python object takes the GIL (torch >= 2.13 even while Python
+// still holds it: the TensorImpl keeps its Python object alive while C++ shares it). A worker that has not run
+// yet when the script ends takes the GIL in a finalizing interpreter: pthread_exit through a noexcept destructor,
+// "terminate called without an active exception" (gdb: runLoop -> ~AsyncAllreduceWork -> decref_pyobject ->
+// take_gil). Once this returns True, the work (and its tensors) is freed by the thread that drops the Python object.
+bool wait_released(const py::object& obj, double timeout_s) {
+  Work* work = obj.cast<Work*>();  // no reference of its own: the Python object's holder is one
+  py::gil_scoped_release nogil;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (c10::raw::intrusive_ptr::use_count(work) > 1) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
+}
+
 }  // namespace
 
 void bind_backend(py::module& m) {
+  m.def("wait_released", &wait_released, py::arg("work"), py::arg("timeout_s"),
+        "wait (GIL released) until only the given Python object holds the c10d Work; False after timeout_s");
   static AutogradFallback autograd_fallback;  // once the extension loads, torch's own fallbacks are registered
   // As torch_npu binds ProcessGroupHCCL (torch_npu/csrc/distributed/Init.cpp): a subclass of torch's Backend.
   py::object base = py::module::import("torch._C._distributed_c10d").attr("Backend");
