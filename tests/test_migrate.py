@@ -314,8 +314,16 @@ NATIVE_CASES = {
 }
 
 
+# On torch 2.1 an integer device is CUDA's: spawn_ddp.py's `model.to(rank)`, which the port leaves (docs/limits.md)
+_INT_DEVICE_IS_CUDA = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 2)
+_NATIVE_PARAMS = [pytest.param(case, marks=pytest.mark.xfail(
+    case == "spawn_ddp" and _INT_DEVICE_IS_CUDA, strict=True,
+    reason="the port leaves model.to(rank); on torch 2.1 an integer device is CUDA (docs/limits.md)"))
+    for case in NATIVE_CASES]
+
+
 @needs_standins
-@pytest.mark.parametrize("case", list(NATIVE_CASES))
+@pytest.mark.parametrize("case", _NATIVE_PARAMS)
 def test_ported_script_runs_natively_with_the_results_of_the_original(tmp_path, case):
     """The ported copy, started by the launch script port wrote, runs on the stand-in without transfer
     and prints what the CUDA original prints under transfer: losses, and every rank's parameter digest."""
