@@ -35,9 +35,11 @@ STANDINS = hasattr(torch.utils, "generate_methods_for_privateuse1_backend")  # t
 NO_STANDINS = (f"torch {torch.__version__} has no PrivateUse1 mechanism (hooks interface, "
                "generate_methods_for_privateuse1_backend), so no vendor plug-in or stand-in exists for it")
 #: The xpu stand-in (tests/vendors/sim_xpu, torch's own device simulated) needs torch >= 2.8 (xccl in torch) and a
+#: (major, minor) of the torch under test
+TORCH_RELEASE = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 #: torch built without XPU and without CUDA (in torch 2.15's CUDA build, DDP's backward on the simulated xpu device
 #: reaches the CUDA runtime: "CUDA driver version is insufficient"; users of xpu have torch's XPU build).
-XPU_STANDIN = (tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
+XPU_STANDIN = (TORCH_RELEASE >= (2, 8)
                and not getattr(torch._C, "_has_xpu", False) and torch.version.cuda is None)
 NO_XPU_STANDIN = (f"torch {torch.__version__}: the xpu stand-in needs torch >= 2.8 (xccl is in torch from 2.8) built "
                   "without CUDA")

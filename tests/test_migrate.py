@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import (EXAMPLES, INSTALLED, ROOT, SCRIPTS, VENDORS, clean_env, free_port, needs_standins,
-                      no_gpu)
+                      no_gpu, TORCH_RELEASE)
 
 FIXTURES = os.path.join(ROOT, "tests", "migrate_fixtures")
 PUBLIC = os.path.join(FIXTURES, "public_style")  # written the way public repositories write these idioms
@@ -315,7 +315,7 @@ NATIVE_CASES = {
 
 
 # On torch 2.1 an integer device is CUDA's: spawn_ddp.py's `model.to(rank)`, which the port leaves (docs/limits.md)
-_INT_DEVICE_IS_CUDA = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 2)
+_INT_DEVICE_IS_CUDA = TORCH_RELEASE < (2, 2)
 _NATIVE_PARAMS = [pytest.param(case, marks=pytest.mark.xfail(
     case == "spawn_ddp" and _INT_DEVICE_IS_CUDA, strict=True,
     reason="the port leaves model.to(rank); on torch 2.1 an integer device is CUDA (docs/limits.md)"))
